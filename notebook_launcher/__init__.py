@@ -1,0 +1,30 @@
+"""Launch distributed PyTorch from a notebook cell, with the worker-side API of Accelerate."""
+
+from .launch import (
+    LaunchError,
+    LaunchResult,
+    LaunchTimeoutError,
+    PreflightError,
+    WorkerFailure,
+    WorkersFailedError,
+    WorkerStalledError,
+    debug_launcher,
+    notebook_launcher,
+)
+from .state import DistributedType, PartialState
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DistributedType",
+    "LaunchError",
+    "LaunchResult",
+    "LaunchTimeoutError",
+    "PartialState",
+    "PreflightError",
+    "WorkerFailure",
+    "WorkerStalledError",
+    "WorkersFailedError",
+    "debug_launcher",
+    "notebook_launcher",
+]

@@ -1,0 +1,25 @@
+"""CUDA devices talking through NCCL, one device per local rank."""
+
+from __future__ import annotations
+
+import torch
+
+from ..utils.environment import cuda_device_count
+from .base import Backend
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    process_group_backend = "nccl"
+
+    def is_available(self) -> bool:
+        return cuda_device_count() > 0
+
+    def device_count(self) -> int:
+        return cuda_device_count()
+
+    def device_for(self, local_rank: int) -> torch.device:
+        return torch.device("cuda", local_rank % max(1, self.device_count()))
+
+    def set_device(self, device: torch.device) -> None:
+        torch.cuda.set_device(device)

@@ -1,0 +1,276 @@
+"""The entry points: validate -> plan -> preflight -> launcher -> supervise -> result."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..utils.environment import cuda_device_count
+from .base import Launcher, WorkerHandle
+from .context import WorkerContext
+from .errors import AttemptFailed
+from .fork import ForkLauncher
+from .output import OutputSink
+from .plan import LaunchPlan, make_plan
+from .preflight import check_args, check_function, run_preflight
+from .rendezvous import KernelStore
+from .result import LaunchResult
+from .spawn import SpawnLauncher
+from .supervisor import Supervisor
+from .worker import WorkerSpec
+
+LAUNCHERS: dict[str, type[Launcher]] = {"fork": ForkLauncher, "spawn": SpawnLauncher}
+DEFAULT_STALL_TIMEOUT = 900.0
+
+
+def notebook_launcher(
+    function: Callable[..., Any],
+    args: tuple = (),
+    num_processes: int | None = None,
+    mixed_precision: str = "no",
+    use_port: str | int = "29500",
+    master_addr: str = "127.0.0.1",
+    node_rank: int = 0,
+    num_nodes: int = 1,
+    rdzv_backend: str = "static",
+    rdzv_endpoint: str = "",
+    rdzv_conf: dict | None = None,
+    rdzv_id: str = "none",
+    max_restarts: int = 0,
+    monitor_interval: float = 0.1,
+    log_line_prefix_template: str | None = None,
+    *,
+    start_method: str = "fork",
+    timeout: float | None = None,
+    stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
+    threads_per_process: int | None = None,
+    output: str = "all",
+) -> LaunchResult:
+    """Run ``function(*args)`` in ``num_processes`` worker processes and return every result.
+
+    Each worker gets the environment torchrun would set (``RANK``, ``LOCAL_RANK``,
+    ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` ...), so ``PartialState()`` or
+    ``torch.distributed.init_process_group()`` inside ``function`` joins one job of
+    ``num_processes`` ranks (gloo on CPU, nccl on GPUs). Output is shown line by line, labelled
+    with the rank. The first rank to fail stops the others at once.
+
+    Args:
+        function: the training function; pass it, do not call it.
+        args: positional arguments for ``function``.
+        num_processes: processes to start. Defaults to the number of GPUs; required on CPU.
+        mixed_precision: "no", "fp16", "bf16" or "fp8", handed to the workers' state.
+        use_port: rendezvous port. On one node a free port is used if this one is taken.
+        master_addr: address of the rendezvous host.
+        node_rank: this node's index (multi-node launches are not supported yet).
+        num_nodes: number of nodes; only 1 is supported by this version.
+        rdzv_backend: "static" or "c10d".
+        rdzv_endpoint: rendezvous endpoint for multi-node launches.
+        rdzv_conf: extra rendezvous settings (a dict) for multi-node launches.
+        rdzv_id: job id, exported to workers as ``TORCHELASTIC_RUN_ID``.
+        max_restarts: restart the whole group up to this many times after a failure.
+        monitor_interval: longest pause, in seconds, between the supervisor's checks.
+        log_line_prefix_template: prefix of each output line; may use ``{rank}``,
+            ``{local_rank}``, ``{node_rank}``. Default ``"[rank{rank}] "``.
+        start_method: "fork" (default; inherits everything) or "spawn" (fresh interpreters;
+            function and arguments sent by value with cloudpickle).
+        timeout: stop everything after this many seconds (None: no limit).
+        stall_timeout: stop everything once a rank has shown no sign of life (no output, no
+            events, no CPU use) for this many seconds; every rank's Python stack is shown first.
+            None disables the check.
+        threads_per_process: torch intra-op threads per worker; default: usable cores divided
+            by the number of processes, so ranks do not fight over cores.
+        output: "all" shows every rank's output, "main" only rank 0's, "none" nothing (the last
+            lines of a failed rank are still part of its error).
+
+    Returns:
+        A :class:`LaunchResult` with each rank's return value (tensors moved to the CPU).
+
+    Raises:
+        TypeError, ValueError: bad input, naming the parameter, the value and what is allowed.
+        PreflightError: the kernel is in a state that would break the workers (says how to fix it).
+        WorkersFailedError: a rank died or raised an exception that cannot be rebuilt here.
+        LaunchTimeoutError, WorkerStalledError: ``timeout`` or ``stall_timeout`` expired.
+        KeyboardInterrupt: the kernel was interrupted; every worker has been stopped.
+        Any exception a rank raised, rebuilt with its own type, its notes naming the rank.
+
+    Note:
+        Unlike Accelerate's launcher this one returns the results, picks a free port when the
+        requested one is taken on a single node, stops every rank as soon as one fails, and
+        keyword-only extras (``start_method``, ``timeout``, ``stall_timeout``,
+        ``threads_per_process``, ``output``) control supervision.
+
+    Example:
+        >>> def train(lr):
+        ...     state = PartialState()
+        ...     return state.process_index * lr
+        >>> notebook_launcher(train, args=(0.1,), num_processes=2).values
+        [0.0, 0.1]
+    """
+    check_function(function)
+    call_args = check_args(args)
+    if rdzv_conf is not None and not isinstance(rdzv_conf, dict):
+        raise TypeError(f"rdzv_conf={rdzv_conf!r} is not valid: expected a dict or None")
+    gpus = cuda_device_count()
+    plan = make_plan(
+        num_processes=num_processes,
+        mixed_precision=mixed_precision,
+        use_port=use_port,
+        master_addr=master_addr,
+        node_rank=node_rank,
+        num_nodes=num_nodes,
+        rdzv_backend=rdzv_backend,
+        rdzv_endpoint=rdzv_endpoint,
+        rdzv_id=rdzv_id,
+        max_restarts=max_restarts,
+        monitor_interval=monitor_interval,
+        log_line_prefix_template=log_line_prefix_template,
+        start_method=start_method,
+        timeout=timeout,
+        stall_timeout=stall_timeout,
+        threads_per_process=threads_per_process,
+        output=output,
+        device="cuda" if gpus else "cpu",
+        gpu_count=gpus,
+    )
+    return launch(function, call_args, plan)
+
+
+def debug_launcher(function: Callable[..., Any], args: tuple = (), num_processes: int = 2):
+    """Run ``function(*args)`` on ``num_processes`` CPU processes, for testing distributed code.
+
+    The same machinery as :func:`notebook_launcher`, forced onto the CPU (gloo) even where GPUs
+    exist.
+
+    Returns:
+        A :class:`LaunchResult`, as :func:`notebook_launcher`.
+    """
+    check_function(function)
+    call_args = check_args(args)
+    plan = make_plan(
+        num_processes=num_processes,
+        mixed_precision="no",
+        use_port="29500",
+        master_addr="127.0.0.1",
+        node_rank=0,
+        num_nodes=1,
+        rdzv_backend="static",
+        rdzv_endpoint="",
+        rdzv_id="none",
+        max_restarts=0,
+        monitor_interval=0.1,
+        log_line_prefix_template=None,
+        start_method="fork",
+        timeout=None,
+        stall_timeout=DEFAULT_STALL_TIMEOUT,
+        threads_per_process=None,
+        output="all",
+        device="cpu",
+        gpu_count=0,
+    )
+    return launch(function, call_args, plan)
+
+
+def launch(
+    function: Callable[..., Any],
+    args: tuple,
+    plan: LaunchPlan,
+    listeners: tuple[Callable[[object], None], ...] = (),
+) -> LaunchResult:
+    """Run a validated plan: preflight, start, supervise, restart on failure, collect results."""
+    run_preflight(function, args, plan)
+    launcher = LAUNCHERS[plan.start_method]()
+    launcher.prepare()
+    payload = launcher.payload(function, args)
+    sink = OutputSink(plan.output, lambda rank: plan.prefix(rank, rank % plan.num_processes))
+    started = time.monotonic()
+    deadline = None if plan.timeout is None else started + plan.timeout
+    for restart in range(plan.max_restarts + 1):
+        try:
+            payloads = _attempt(plan, launcher, payload, restart, deadline, sink, listeners)
+        except AttemptFailed as failed:
+            if restart < plan.max_restarts:
+                sink.notice(
+                    f"notebook_launcher: {failed.summary}; restarting all {plan.world_size} "
+                    f"processes (restart {restart + 1} of {plan.max_restarts})"
+                )
+                continue
+            raise failed.error from failed.error.__cause__
+        values = [pickle.loads(p) for p in payloads]
+        return LaunchResult(values, restarts=restart, duration=time.monotonic() - started)
+    raise AssertionError("unreachable")
+
+
+def _attempt(
+    plan: LaunchPlan,
+    launcher: Launcher,
+    payload: Any,
+    restart: int,
+    deadline: float | None,
+    sink: OutputSink,
+    listeners: tuple[Callable[[object], None], ...],
+) -> list[bytes]:
+    store = KernelStore(plan.master_addr, plan.requested_port, plan.exact_port)
+    handles: list[WorkerHandle] = []
+    supervisor = Supervisor(handles, sink, plan.stall_timeout, plan.monitor_interval, listeners)
+    try:
+        for local_rank in range(plan.num_processes):
+            spec = _spec(plan, local_rank, store.port, restart)
+            handles.append(launcher.start(spec, payload, time.monotonic()))
+        supervisor = Supervisor(handles, sink, plan.stall_timeout, plan.monitor_interval, listeners)
+        return supervisor.run(deadline)
+    finally:
+        with _interrupts_deferred():
+            supervisor.teardown()
+            store.close()
+
+
+def _spec(plan: LaunchPlan, local_rank: int, port: int, restart: int) -> WorkerSpec:
+    context = WorkerContext(
+        rank=plan.global_rank(local_rank),
+        local_rank=local_rank,
+        world_size=plan.world_size,
+        local_world_size=plan.num_processes,
+        node_rank=plan.node_rank,
+        num_nodes=plan.num_nodes,
+        master_addr=plan.master_addr,
+        master_port=port,
+        device=plan.device,
+        mixed_precision=plan.mixed_precision,
+        restart_count=restart,
+    )
+    return WorkerSpec(
+        context=context,
+        parent_pid=os.getpid(),
+        threads=plan.threads_per_process,
+        rdzv_id=plan.rdzv_id,
+        max_restarts=plan.max_restarts,
+    )
+
+
+@contextlib.contextmanager
+def _interrupts_deferred():
+    """Hold a Ctrl-C/kernel interrupt until teardown is done, then deliver it.
+
+    The previous SIGINT handler is always put back.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is None:  # installed from C: leave it alone
+        yield
+        return
+    pending: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pending and callable(previous):
+            previous(signal.SIGINT, None)

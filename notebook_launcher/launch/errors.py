@@ -1,0 +1,156 @@
+"""What a failed launch raises, and the records it carries."""
+
+from __future__ import annotations
+
+import pickle
+import signal
+from dataclasses import dataclass, field
+
+
+class LaunchError(RuntimeError):
+    """Base class of the errors the launcher raises itself."""
+
+
+class PreflightError(LaunchError):
+    """A check before starting any worker found a problem; the message says how to fix it."""
+
+
+class RemoteTraceback(Exception):
+    """Carries a worker's formatted traceback as the cause of the exception raised in the kernel."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return "\n" + self.text.rstrip()
+
+
+def exit_description(exitcode: int | None) -> str:
+    """'exit code 3', 'signal SIGKILL' or 'no exit code' for a process exit status."""
+    if exitcode is None:
+        return "no exit code (still running when stopped)"
+    if exitcode < 0:
+        try:
+            return f"signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """Everything known about the rank whose failure ended a launch."""
+
+    rank: int
+    local_rank: int
+    pid: int | None
+    exitcode: int | None
+    exc_type: str | None  # qualified name of the original exception, None if the process died
+    message: str
+    traceback: str
+    last_lines: tuple[str, ...] = ()
+    payload: bytes | None = field(default=None, repr=False)
+
+    @property
+    def exit(self) -> str:
+        return exit_description(self.exitcode)
+
+    def headline(self) -> str:
+        where = f"rank {self.rank} (local rank {self.local_rank}, pid {self.pid})"
+        if self.exc_type is None:
+            return f"{where} died with {self.exit}: {self.message}"
+        short = self.exc_type.rsplit(".", 1)[-1]
+        return f"{where} failed with {self.exit}: {short}: {self.message}"
+
+    def report(self, stopped: tuple[int, ...], include_traceback: bool = True) -> str:
+        lines = [self.headline()]
+        if stopped:
+            ranks = ", ".join(str(r) for r in stopped)
+            lines.append(f"Stopped because of this failure: rank {ranks}.")
+        if include_traceback and self.traceback:
+            lines += ["", f"Traceback of rank {self.rank}:", self.traceback.rstrip()]
+        if self.last_lines:
+            lines += ["", f"Last lines printed by rank {self.rank}:"]
+            lines += [f"  {line}" for line in self.last_lines]
+        return "\n".join(lines)
+
+    def original_exception(self) -> BaseException | None:
+        """The worker's exception, rebuilt in the kernel, or None if it did not survive pickling."""
+        if self.payload is None:
+            return None
+        try:
+            exc = pickle.loads(self.payload)
+        except Exception:
+            return None
+        return exc if isinstance(exc, BaseException) else None
+
+
+class WorkersFailedError(LaunchError):
+    """A worker failed and the others were stopped.
+
+    Raised when the worker's own exception cannot be rebuilt in the kernel (or the process died
+    without one). ``failure`` holds the details; ``stopped`` the ranks stopped because of it.
+    """
+
+    def __init__(self, failure: WorkerFailure, stopped: tuple[int, ...] = ()) -> None:
+        super().__init__(failure.report(stopped))
+        self.failure = failure
+        self.stopped = stopped
+
+
+class LaunchTimeoutError(LaunchError, TimeoutError):
+    """The run exceeded ``timeout``; ``stacks`` maps each rank to the Python stack it was in."""
+
+    def __init__(self, message: str, stacks: dict[int, str]) -> None:
+        parts = [message]
+        for rank, stack in sorted(stacks.items()):
+            parts += ["", f"Stack of rank {rank}:", stack.rstrip() or "  (no stack received)"]
+        super().__init__("\n".join(parts))
+        self.stacks = stacks
+
+
+class WorkerStalledError(LaunchTimeoutError):
+    """A rank showed no sign of life for ``stall_timeout`` seconds."""
+
+    def __init__(self, message: str, stacks: dict[int, str], ranks: tuple[int, ...]) -> None:
+        super().__init__(message, stacks)
+        self.ranks = ranks
+
+
+class AttemptFailed(Exception):
+    """Internal: one attempt ended in a failure that a restart may cure.
+
+    ``error`` is what the caller sees if no restart is left; ``summary`` one line about it.
+    """
+
+    def __init__(self, error: BaseException, summary: str) -> None:
+        super().__init__(summary)
+        self.error = error
+        self.summary = summary
+
+
+def failure_to_raise(failure: WorkerFailure, stopped: tuple[int, ...]) -> BaseException:
+    """The exception the kernel raises for a failed launch.
+
+    The worker's own exception when it can be rebuilt, so ``except ValueError`` works as it would
+    in one process; the launch details go into its notes and ``launch_failure`` attribute and the
+    worker traceback becomes its cause. Otherwise a :class:`WorkersFailedError`.
+    """
+    original = failure.original_exception()
+    cause = RemoteTraceback(failure.traceback) if failure.traceback else None
+    if original is None:
+        error: BaseException = WorkersFailedError(failure, stopped)
+    else:
+        error = original
+        note = failure.report(stopped, include_traceback=False)
+        if hasattr(error, "add_note"):
+            error.add_note(note)
+        else:  # Python 3.10
+            error.__notes__ = [*getattr(error, "__notes__", []), note]
+        try:
+            error.launch_failure = failure  # type: ignore[attr-defined]
+        except AttributeError:
+            pass
+    error.__cause__ = cause
+    return error

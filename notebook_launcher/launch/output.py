@@ -1,0 +1,83 @@
+"""Worker output: raw pipe bytes -> whole lines -> the launching cell, labelled by rank."""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from collections.abc import Callable
+
+from ..events import OutputLine
+
+MAX_LINE_BYTES = 64 * 1024  # a line longer than this is shown in pieces rather than held forever
+
+
+class LineSplitter:
+    """Turns the byte chunks of one stream of one rank into complete lines."""
+
+    def __init__(self, rank: int, stream: str) -> None:
+        self.rank = rank
+        self.stream = stream
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> list[OutputLine]:
+        data = self._pending + chunk
+        *lines, self._pending = data.split(b"\n")
+        while len(self._pending) > MAX_LINE_BYTES:
+            lines.append(self._pending[:MAX_LINE_BYTES])
+            self._pending = self._pending[MAX_LINE_BYTES:]
+        return [self._line(raw) for raw in lines]
+
+    def close(self) -> list[OutputLine]:
+        """The unterminated last line, if any (a rank that died mid-line)."""
+        rest, self._pending = self._pending, b""
+        return [self._line(rest)] if rest else []
+
+    def _line(self, raw: bytes) -> OutputLine:
+        text = raw.decode("utf-8", errors="replace").rstrip("\r")
+        # A carriage return redraws the line in a terminal (progress bars): keep what it would show.
+        text = text.rsplit("\r", 1)[-1]
+        return OutputLine(self.rank, self.stream, text)
+
+
+class OutputSink:
+    """Keeps each rank's recent lines and writes the shown ones to the kernel's streams.
+
+    Writes happen from the supervising thread only, one whole line per write, so lines from
+    different ranks can never be glued together.
+    """
+
+    def __init__(
+        self,
+        policy: str,
+        prefix: Callable[[int], str],
+        tail_lines: int = 20,
+        stdout=None,
+        stderr=None,
+    ) -> None:
+        self.policy = policy
+        self.prefix = prefix
+        self._tails: dict[int, deque[str]] = {}
+        self._tail_lines = tail_lines
+        self._stdout = stdout
+        self._stderr = stderr
+
+    def shows(self, rank: int) -> bool:
+        return self.policy == "all" or (self.policy == "main" and rank == 0)
+
+    def write(self, line: OutputLine) -> None:
+        labelled = self.prefix(line.rank) + line.text
+        self._tails.setdefault(line.rank, deque(maxlen=self._tail_lines)).append(labelled)
+        if self.shows(line.rank):
+            self.notice(labelled, line.stream)
+
+    def notice(self, text: str, stream: str = "stderr") -> None:
+        """Write a line of the launcher's own (or a shown worker line) to the kernel's streams."""
+        if stream == "stdout":
+            target = self._stdout or sys.stdout
+        else:
+            target = self._stderr or sys.stderr
+        target.write(text + "\n")
+        target.flush()
+
+    def tail(self, rank: int) -> tuple[str, ...]:
+        return tuple(self._tails.get(rank, ()))

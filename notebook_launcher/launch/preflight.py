@@ -1,0 +1,148 @@
+"""Cheap checks run in the kernel before any worker starts.
+
+Each check returns None or a :class:`Finding` that says what is wrong, why it matters and how to
+fix it; :func:`run_preflight` raises on the first finding.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import PreflightError
+from .plan import LaunchPlan
+
+
+@dataclass(frozen=True)
+class Finding:
+    what: str
+    why: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.what}\nWhy it matters: {self.why}\nHow to fix it: {self.fix}"
+
+
+def check_function(function: Any) -> None:
+    """Raise TypeError unless ``function`` is something the workers can call."""
+    if callable(function):
+        return
+    hint = (
+        " If the function was called instead of passed, write "
+        "notebook_launcher(train, args=(...)) rather than notebook_launcher(train(...))."
+    )
+    raise TypeError(
+        f"function={_short(function)} is not valid: expected a callable, got "
+        f"{type(function).__name__}.{hint}"
+    )
+
+
+def check_args(args: Any) -> tuple:
+    if isinstance(args, (tuple, list)):
+        return tuple(args)
+    raise TypeError(
+        f"args={_short(args)} is not valid: expected a tuple of positional arguments, "
+        f"got {type(args).__name__} (for one argument write args=(value,))"
+    )
+
+
+def cuda_initialized_in_kernel(plan: LaunchPlan) -> Finding | None:
+    if plan.start_method != "fork" or "torch" not in sys.modules:
+        return None
+    from ..utils.environment import cuda_initialized
+
+    if not cuda_initialized():
+        return None
+    return Finding(
+        what="CUDA has already been initialised in this kernel.",
+        why=(
+            "forked workers cannot use CUDA once the parent has ('Cannot re-initialize CUDA in "
+            "forked subprocess'). Something in an earlier cell touched the GPU: a .cuda() or "
+            ".to('cuda') call, torch.cuda.* queries, or an import that does so."
+        ),
+        fix=(
+            "restart the kernel and keep every GPU use inside the launched function, or pass "
+            "start_method='spawn' (the function and its arguments are then sent by value)."
+        ),
+    )
+
+
+def process_group_in_kernel(plan: LaunchPlan) -> Finding | None:
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    return Finding(
+        what="A torch.distributed process group already exists in this kernel.",
+        why=(
+            "workers would inherit it (or collide with it) instead of joining the launched job, "
+            "which gives wrong results or hangs."
+        ),
+        fix=(
+            "create PartialState/Accelerator and process groups only inside the launched "
+            "function; in this kernel call torch.distributed.destroy_process_group() or restart it."
+        ),
+    )
+
+
+KERNEL_CHECKS = (cuda_initialized_in_kernel, process_group_in_kernel)
+
+
+def find_unpicklable(value: Any, name: str, depth: int = 0) -> str | None:
+    """Describe the innermost part of ``value`` that cloudpickle cannot pickle, or None."""
+    import cloudpickle
+
+    try:
+        cloudpickle.dumps(value)
+        return None
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    if depth < 6:
+        for child_name, child in _children(value, name):
+            inner = find_unpicklable(child, child_name, depth + 1)
+            if inner is not None:
+                return inner
+    return f"{name} ({type(value).__name__}) cannot be pickled: {error}"
+
+
+def _children(value: Any, name: str):
+    if isinstance(value, dict):
+        return [(f"{name}[{k!r}]", v) for k, v in list(value.items())[:100]]
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [(f"{name}[{i}]", v) for i, v in enumerate(list(value)[:100])]
+    attrs = getattr(value, "__dict__", None)
+    if isinstance(attrs, dict):
+        return [(f"{name}.{k}", v) for k, v in list(attrs.items())[:100]]
+    return []
+
+
+def check_picklable(function: Any, args: tuple) -> None:
+    """Under spawn everything travels by value: name the argument that cannot."""
+    problem = find_unpicklable(function, "function")
+    for index, arg in enumerate(args):
+        if problem is not None:
+            break
+        problem = find_unpicklable(arg, f"args[{index}]")
+    if problem is not None:
+        raise TypeError(
+            f"{problem}. With start_method='spawn' the function and every argument are sent to "
+            "the workers by value; pass something picklable (or create the object inside the "
+            "function), or use start_method='fork', which inherits them."
+        )
+
+
+def run_preflight(function: Any, args: tuple, plan: LaunchPlan) -> None:
+    for check in KERNEL_CHECKS:
+        finding = check(plan)
+        if finding is not None:
+            raise PreflightError(str(finding))
+    if plan.start_method == "spawn":
+        check_picklable(function, args)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,58 @@
+"""What a launch returns: every rank's return value."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+
+class LaunchResult(Sequence):
+    """Every rank's return value, in rank order (tensors already moved to the CPU).
+
+    ``result[0]`` or ``result.main`` is rank 0's value, ``result.values`` the list of all.
+
+    Example:
+        >>> result = notebook_launcher(train, num_processes=2)
+        >>> result.main, list(result)
+    """
+
+    def __init__(self, values: list[Any], restarts: int, duration: float) -> None:
+        self.values = list(values)
+        self.restarts = restarts
+        self.duration = duration
+
+    @property
+    def main(self) -> Any:
+        """Rank 0's return value."""
+        return self.values[0]
+
+    @property
+    def returned_nothing(self) -> bool:
+        """True when every rank's function returned None."""
+        return all(value is None for value in self.values)
+
+    def __getitem__(self, index):
+        return self.values[index]
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.values)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LaunchResult):
+            return self.values == other.values
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        n = len(self.values)
+        if self.returned_nothing:
+            return f"LaunchResult({n} processes, each returned None)"
+        shown = ", ".join(f"{rank}: {_short(v)}" for rank, v in enumerate(self.values))
+        return f"LaunchResult({n} processes, by rank: {{{shown}}})"
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

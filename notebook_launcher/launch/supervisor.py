@@ -1,0 +1,326 @@
+"""Watches running workers from the kernel: events, output, exits, stalls and timeouts."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from multiprocessing.connection import wait
+
+import psutil
+
+from ..events import WorkerExited, WorkerFailed, WorkerFinished, WorkerStarted
+from .base import WorkerHandle
+from .errors import (
+    AttemptFailed,
+    LaunchTimeoutError,
+    WorkerFailure,
+    WorkerStalledError,
+    failure_to_raise,
+)
+from .output import OutputSink
+from .processes import kill_tree
+from .worker import STACK_DUMP_SIGNAL
+
+READ_CHUNK = 1 << 16
+LIVENESS_CHECK_EVERY = 0.5  # seconds between CPU-time samples of each worker
+CPU_ALIVE_THRESHOLD = 0.01  # CPU seconds per sample that count as a sign of life
+EXIT_GRACE = 1.0  # how long a rank that reported its failure or result may take to exit
+DRAIN_LIMIT = 1.0  # how long to wait for the last output of stopped workers
+STACK_DUMP_WAIT = 2.0  # how long to wait for every rank's stack after asking for it
+STACK_QUIET = 0.2  # a rank's stack is complete once it has been quiet this long
+
+
+class Supervisor:
+    """Runs one attempt of a launch to completion or teardown.
+
+    Args:
+        handles: the started workers, in rank order.
+        sink: where output lines go.
+        stall_timeout: seconds without output, events or CPU use after which a rank is stalled.
+        monitor_interval: the longest the loop sleeps between checks.
+        listeners: extra consumers of every event (notebook panels, tests).
+    """
+
+    def __init__(
+        self,
+        handles: list[WorkerHandle],
+        sink: OutputSink,
+        stall_timeout: float | None,
+        monitor_interval: float,
+        listeners: tuple[Callable[[object], None], ...] = (),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.handles = handles
+        self.sink = sink
+        self.stall_timeout = stall_timeout
+        self.monitor_interval = monitor_interval
+        self.listeners = listeners
+        self.clock = clock
+        self._next_liveness = clock() + LIVENESS_CHECK_EVERY
+        self._by_conn = {}
+        for handle in handles:
+            self._by_conn[handle.events] = handle
+            for conn in handle.streams:
+                self._by_conn[conn] = handle
+        self._sentinels = {h.process.sentinel: h for h in handles}
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def run(self, deadline: float | None) -> list[bytes]:
+        """Supervise until every rank returned (their pickled results, in rank order) or raise."""
+        while True:
+            failed = [h for h in self.handles if h.status == "failed"]
+            if failed:
+                error, failure = self._fail_fast()
+                raise AttemptFailed(error, failure.headline())
+            if all(h.status == "finished" for h in self.handles):
+                self._finish()
+                return [h.result for h in self.handles]
+            now = self.clock()
+            if deadline is not None and now >= deadline:
+                raise self._timeout(now, deadline)
+            stalled = self._stalled(now)
+            if stalled:
+                error = self._stall(stalled)
+                raise AttemptFailed(error, str(error).splitlines()[0])
+            wait_for = self.monitor_interval
+            if deadline is not None:
+                wait_for = max(0.0, min(wait_for, deadline - now))
+            self._pump(wait_for)
+
+    def _pump(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for anything from the workers and handle all of it."""
+        ready = wait(self._waitables(), timeout)
+        for obj in ready:  # pipes first, so a worker's last words are read before its exit
+            if obj in self._by_conn:
+                self._read(obj)
+        for obj in ready:
+            if obj in self._sentinels:
+                self._exited(self._sentinels[obj])
+
+    def _waitables(self) -> list:
+        objs = list(self._by_conn)
+        objs += [s for s, h in self._sentinels.items() if not h.exited]
+        return objs
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def _read(self, conn) -> None:
+        handle = self._by_conn[conn]
+        if conn is handle.events:
+            try:
+                event = conn.recv()
+            except (EOFError, OSError):
+                self._forget(conn)
+                return
+            self._event(handle, event)
+            return
+        try:
+            chunk = os.read(conn.fileno(), READ_CHUNK)
+        except OSError:
+            chunk = b""
+        splitter = handle.streams[conn]
+        lines = splitter.feed(chunk) if chunk else splitter.close()
+        if not chunk:
+            self._forget(conn)
+        handle.last_alive = self.clock()
+        for line in lines:
+            if handle.capture is not None:
+                handle.capture.append(line.text)
+                continue
+            self.sink.write(line)
+            self._publish(line)
+
+    def _forget(self, conn) -> None:
+        self._by_conn.pop(conn, None)
+
+    def _event(self, handle: WorkerHandle, event: object) -> None:
+        handle.last_alive = self.clock()
+        if isinstance(event, WorkerStarted):
+            handle.status, handle.pid = "running", event.pid
+        elif isinstance(event, WorkerFinished):
+            handle.status, handle.result = "finished", event.payload
+        elif isinstance(event, WorkerFailed):
+            handle.status, handle.failed = "failed", event
+        self._publish(event)
+
+    def _exited(self, handle: WorkerHandle) -> None:
+        handle.process.join(0)
+        handle.exitcode = handle.process.exitcode
+        if handle.exitcode is None:
+            return
+        while handle.events in self._by_conn and handle.events.poll(0):
+            self._read(handle.events)
+        if handle.status in ("starting", "running"):
+            handle.status = "failed"  # died without a word: a crash, a signal or os._exit
+        self._publish(WorkerExited(handle.rank, handle.exitcode))
+
+    def _publish(self, event: object) -> None:
+        for listener in self.listeners:
+            listener(event)
+
+    # -- endings ----------------------------------------------------------------------------------
+
+    def _finish(self) -> None:
+        """Every rank returned: let them exit, collect their last output."""
+        self._await_exits([h for h in self.handles if not h.exited], EXIT_GRACE)
+        self.teardown()
+
+    def _fail_fast(self) -> tuple[BaseException, WorkerFailure]:
+        self._pump(0)  # whatever else already arrived decides which failure came first
+        failed = [h for h in self.handles if h.status == "failed"]
+        primary = min(failed, key=_failure_order)
+        others = [h for h in self.handles if h is not primary and h.status != "finished"]
+        for handle in others:
+            kill_tree(handle.pid)
+            handle.status = "stopped"
+        self._await_exits([primary], EXIT_GRACE)
+        self.teardown()
+        failure = self._describe(primary)
+        return failure_to_raise(failure, tuple(h.rank for h in others)), failure
+
+    def _describe(self, handle: WorkerHandle) -> WorkerFailure:
+        event = handle.failed
+        if event is None:
+            message = "the process ended without returning or raising (crash, signal or os._exit)"
+            return WorkerFailure(
+                rank=handle.rank,
+                local_rank=handle.local_rank,
+                pid=handle.pid,
+                exitcode=handle.exitcode,
+                exc_type=None,
+                message=message,
+                traceback="",
+                last_lines=self.sink.tail(handle.rank),
+            )
+        return WorkerFailure(
+            rank=handle.rank,
+            local_rank=handle.local_rank,
+            pid=handle.pid,
+            exitcode=handle.exitcode,
+            exc_type=event.exc_type,
+            message=event.message,
+            traceback=event.traceback,
+            last_lines=self.sink.tail(handle.rank),
+            payload=event.payload,
+        )
+
+    def _stalled(self, now: float) -> list[WorkerHandle]:
+        if self.stall_timeout is None or now < self._next_liveness:
+            return []
+        self._next_liveness = now + LIVENESS_CHECK_EVERY
+        for handle in self.handles:
+            if handle.exited or handle.status == "finished":
+                continue
+            cpu = _cpu_seconds(handle.pid)
+            if cpu - handle.cpu_seen >= CPU_ALIVE_THRESHOLD:
+                handle.last_alive = now
+            handle.cpu_seen = max(handle.cpu_seen, cpu)
+        limit = self.stall_timeout
+        return [
+            h
+            for h in self.handles
+            if h.status in ("starting", "running") and now - h.last_alive >= limit
+        ]
+
+    def _stall(self, stalled: list[WorkerHandle]) -> BaseException:
+        ranks = tuple(h.rank for h in stalled)
+        names = ", ".join(str(r) for r in ranks)
+        message = (
+            f"rank {names} showed no sign of life (no output, no events, no CPU use) for "
+            f"{self.stall_timeout:g} s (stall_timeout={self.stall_timeout:g}); all ranks were "
+            "stopped. Pass a larger stall_timeout, or None, if a rank legitimately waits that long."
+        )
+        stacks = self._dump_stacks(message)
+        self.teardown()
+        return WorkerStalledError(message, stacks, ranks)
+
+    def _timeout(self, now: float, deadline: float) -> BaseException:
+        message = "the launch exceeded its timeout; all ranks were stopped."
+        stacks = self._dump_stacks(message)
+        self.teardown()
+        return LaunchTimeoutError(message, stacks)
+
+    def _dump_stacks(self, reason: str) -> dict[int, str]:
+        """Ask every live rank for its Python stack and show them in the cell, grouped by rank."""
+        alive = [h for h in self.handles if not h.exited and h.status != "finished"]
+        for handle in alive:
+            handle.capture = []
+            try:
+                os.kill(handle.pid, STACK_DUMP_SIGNAL)
+            except (OSError, TypeError):
+                pass
+        end = self.clock() + STACK_DUMP_WAIT
+        while self.clock() < end:
+            now = self.clock()
+            if all(h.capture and now - h.last_alive >= STACK_QUIET for h in alive):
+                break
+            self._pump(min(STACK_QUIET / 2, max(0.0, end - now)))
+        stacks = {h.rank: "\n".join(h.capture or []) for h in alive}
+        self.sink.notice(f"notebook_launcher: {reason}")
+        for rank, stack in sorted(stacks.items()):
+            self.sink.notice(f"Python stack of rank {rank}:")
+            for line in stack.splitlines() or ["(no stack received)"]:
+                self.sink.notice(self.sink.prefix(rank) + line)
+        for handle in alive:
+            handle.capture = None
+        return stacks
+
+    def teardown(self) -> None:
+        """Kill every worker still running, read what they left in the pipes, release everything.
+
+        Safe to call more than once and from any exit path.
+        """
+        for handle in self.handles:
+            if not handle.exited:
+                kill_tree(handle.pid)
+                if handle.status in ("starting", "running"):
+                    handle.status = "stopped"
+        self._await_exits([h for h in self.handles if not h.exited], DRAIN_LIMIT)
+        end = self.clock() + DRAIN_LIMIT
+        while any(c for c in self._by_conn if c is not self._by_conn[c].events):
+            left = end - self.clock()
+            if left <= 0:
+                break
+            self._pump(left)
+        for handle in self.handles:
+            handle.process.join(DRAIN_LIMIT)
+            handle.close()
+        self._by_conn.clear()
+
+    def _await_exits(self, handles: list[WorkerHandle], limit: float) -> None:
+        end = self.clock() + limit
+        while any(not h.exited for h in handles):
+            left = end - self.clock()
+            if left <= 0:
+                for handle in handles:
+                    if not handle.exited:
+                        kill_tree(handle.pid)
+                        handle.process.join(DRAIN_LIMIT)
+                        handle.exitcode = handle.process.exitcode
+                return
+            self._pump(min(left, 0.05))
+
+
+def _failure_order(handle: WorkerHandle) -> tuple[int, float]:
+    """Sort key: the root cause first.
+
+    A rank whose peer died usually fails too, with a communication error, moments later; such
+    secondary failures sort after a real exception or a crash.
+    """
+    event = handle.failed
+    if event is None:
+        return (0, float("-inf"))
+    secondary = "DistBackendError" in event.exc_type or "DistNetworkError" in event.exc_type
+    text = event.message.lower()
+    secondary = secondary or "connection closed by peer" in text or "connection reset" in text
+    return (1 if secondary else 0, event.time)
+
+
+def _cpu_seconds(pid: int | None) -> float:
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except (psutil.Error, TypeError, ValueError):
+        return 0.0
+    return times.user + times.system + times.children_user + times.children_system

@@ -1,0 +1,1 @@
+"""Small helpers shared by the kernel side and the worker side."""
