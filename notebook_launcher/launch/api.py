@@ -217,7 +217,7 @@ def _attempt(
 ) -> list[bytes]:
     store = KernelStore(plan.master_addr, plan.requested_port, plan.exact_port)
     handles: list[WorkerHandle] = []
-    supervisor = Supervisor(handles, sink, plan.stall_timeout, plan.monitor_interval, listeners)
+    supervisor = None
     try:
         for local_rank in range(plan.num_processes):
             spec = _spec(plan, local_rank, store.port, restart)
@@ -226,6 +226,9 @@ def _attempt(
         return supervisor.run(deadline)
     finally:
         with _interrupts_deferred():
+            # Whatever happened, nothing of this attempt survives it.
+            if supervisor is None:
+                supervisor = Supervisor(handles, sink, plan.stall_timeout, 0.1, listeners)
             supervisor.teardown()
             store.close()
 

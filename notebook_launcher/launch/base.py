@@ -35,6 +35,10 @@ class WorkerHandle:
     def exited(self) -> bool:
         return self.exitcode is not None
 
+    @property
+    def closed(self) -> bool:
+        return self.events.closed
+
     def close(self) -> None:
         for conn in [self.events, *self.streams]:
             try:

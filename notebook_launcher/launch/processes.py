@@ -17,8 +17,9 @@ def kill_tree(pid: int | None) -> None:
     except psutil.Error:
         descendants = []
     try:
-        if os.getpgid(pid) == pid:  # the worker leads its own group (see worker bootstrap)
-            os.killpg(pid, signal.SIGKILL)
+        # The worker leads its own group (see the worker bootstrap); the group outlives the
+        # worker, so this also reaches what it left running after it exited.
+        os.killpg(pid, signal.SIGKILL)
     except OSError:
         pass
     for target in [pid, *(child.pid for child in descendants)]:

@@ -60,6 +60,8 @@ class Supervisor:
         self._next_liveness = clock() + LIVENESS_CHECK_EVERY
         self._by_conn = {}
         for handle in handles:
+            if handle.closed:  # torn down already
+                continue
             self._by_conn[handle.events] = handle
             for conn in handle.streams:
                 self._by_conn[conn] = handle
@@ -273,10 +275,9 @@ class Supervisor:
         Safe to call more than once and from any exit path.
         """
         for handle in self.handles:
-            if not handle.exited:
-                kill_tree(handle.pid)
-                if handle.status in ("starting", "running"):
-                    handle.status = "stopped"
+            kill_tree(handle.pid)
+            if not handle.exited and handle.status in ("starting", "running"):
+                handle.status = "stopped"
         self._await_exits([h for h in self.handles if not h.exited], DRAIN_LIMIT)
         end = self.clock() + DRAIN_LIMIT
         while any(c for c in self._by_conn if c is not self._by_conn[c].events):
@@ -286,6 +287,7 @@ class Supervisor:
             self._pump(left)
         for handle in self.handles:
             handle.process.join(DRAIN_LIMIT)
+            handle.exitcode = handle.process.exitcode
             handle.close()
         self._by_conn.clear()
 
