@@ -2,19 +2,95 @@
 
 from __future__ import annotations
 
+import os
+
+from ..state.enums import DistributedType
+from ..utils.validation import check_bool
 from .base import Backend
 from .cpu import CpuBackend
 from .cuda import CudaBackend
+from .mps import MpsBackend
+from .xla import XlaBackend
 
-_BACKENDS: dict[str, type[Backend]] = {"cpu": CpuBackend, "cuda": CudaBackend}
+BACKENDS: dict[str, type[Backend]] = {
+    "cpu": CpuBackend,
+    "cuda": CudaBackend,
+    "mps": MpsBackend,
+    "xla": XlaBackend,
+}
+# Picked automatically in this order; XLA only by name until the TPU launcher exists.
+_PREFERENCE: tuple[type[Backend], ...] = (CudaBackend, MpsBackend)
+_chosen: dict[bool, Backend] = {}
 
 
 def backend_for(device: str) -> Backend:
-    """The backend object for a device kind name ("cpu" or "cuda")."""
+    """The backend object for a device kind name ("cpu", "cuda", "mps" or "xla")."""
     try:
-        return _BACKENDS[device]()
-    except KeyError:
-        raise ValueError(f"device={device!r} is not valid: allowed values are {sorted(_BACKENDS)}")
+        return BACKENDS[device]()
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"device={device!r} is not valid: allowed values are {', '.join(map(repr, BACKENDS))}"
+        )
 
 
-__all__ = ["Backend", "CpuBackend", "CudaBackend", "backend_for"]
+def _in_multiprocess_job() -> bool:
+    import sys
+
+    if "WORLD_SIZE" in os.environ and "RANK" in os.environ:  # torchrun and friends
+        return True
+    dist = sys.modules.get("torch.distributed")
+    return bool(dist is not None and dist.is_available() and dist.is_initialized())
+
+
+def detect_backend(cpu: bool = False) -> Backend:
+    """The backend this process uses, decided on the first call and kept.
+
+    In a worker of ``notebook_launcher`` the launch decided the device; elsewhere the first
+    available of CUDA and MPS is used (MPS only for a single process), else the CPU. No device
+    runtime is initialised to decide.
+
+    Args:
+        cpu: use the CPU whatever else exists.
+    """
+    check_bool("cpu", cpu)
+    if cpu in _chosen:
+        return _chosen[cpu]
+    from ..launch.context import current_context
+
+    context = current_context()
+    if cpu:
+        chosen: Backend = CpuBackend()
+    elif context is not None:
+        chosen = backend_for(context.device)
+    else:
+        multiprocess = _in_multiprocess_job()
+        candidates = (cls() for cls in _PREFERENCE)
+        chosen = next(
+            (
+                b
+                for b in candidates
+                if b.is_available()
+                and not (multiprocess and b.distributed_type is DistributedType.NO)
+            ),
+            CpuBackend(),
+        )
+    _chosen[cpu] = chosen
+    return chosen
+
+
+def reset_backend_choice() -> None:
+    """Forget the choice (a fresh worker process decides again)."""
+    _chosen.clear()
+
+
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "CpuBackend",
+    "CudaBackend",
+    "MpsBackend",
+    "XlaBackend",
+    "backend_for",
+    "detect_backend",
+    "reset_backend_choice",
+]

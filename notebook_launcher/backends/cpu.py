@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..state.enums import DistributedType
 from ..utils.environment import available_cpu_count
 from .base import Backend
 
@@ -11,11 +12,15 @@ from .base import Backend
 class CpuBackend(Backend):
     name = "cpu"
     process_group_backend = "gloo"
+    process_group_backends = ("gloo", "mpi")
+    distributed_type = DistributedType.MULTI_CPU
+    accelerator = False
 
     def is_available(self) -> bool:
         return True
 
     def device_count(self) -> int:
+        """Usable cores (the most CPU processes worth starting)."""
         return available_cpu_count()
 
     def device_for(self, local_rank: int) -> torch.device:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..state.enums import DistributedType
 from ..utils.environment import cuda_device_count
 from .base import Backend
 
@@ -11,6 +12,8 @@ from .base import Backend
 class CudaBackend(Backend):
     name = "cuda"
     process_group_backend = "nccl"
+    process_group_backends = ("nccl", "gloo", "cuda:nccl,cpu:gloo")
+    distributed_type = DistributedType.MULTI_GPU
 
     def is_available(self) -> bool:
         return cuda_device_count() > 0
@@ -23,3 +26,9 @@ class CudaBackend(Backend):
 
     def set_device(self, device: torch.device) -> None:
         torch.cuda.set_device(device)
+
+    def barrier(self, device: torch.device) -> None:
+        import torch.distributed as dist
+
+        # Naming the device avoids NCCL guessing it (and warning) before the first collective.
+        dist.barrier(device_ids=[device.index or 0])

@@ -2,140 +2,197 @@
 
 from __future__ import annotations
 
-import os
-from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from ..backends import Backend, backend_for
-from ..launch.context import current_context
+from ..utils.validation import check_bool, invalid
+from .control import ProcessControl
 from .enums import DistributedType
+from .options import StateOptions, parse_state_options
+from .topology import Topology, detect_topology
 
 
-@dataclass(frozen=True)
-class _Topology:
-    rank: int
-    local_rank: int
-    world_size: int
-    device_kind: str
-    launched: bool  # started by notebook_launcher or torchrun
+def _create_state(cpu: bool, options: StateOptions) -> dict[str, Any]:
+    """Everything the shared state holds, process group included; nothing is stored on failure."""
+    from ..backends import detect_backend
+
+    backend = detect_backend(cpu)
+    topo: Topology = detect_topology()
+    group_backend = None
+    distributed_type = DistributedType.NO
+    if topo.launched:
+        distributed_type = backend.distributed_type
+        if distributed_type is DistributedType.NO:
+            raise ValueError(
+                f"this process is rank {topo.rank} of a {topo.world_size}-process job "
+                f"({topo.source}), but {backend.name} devices cannot run multi-process jobs: "
+                "pass cpu=True"
+            )
+        group_backend = _init_process_group(backend, topo, options)
+    return {
+        "_cpu": cpu,
+        "_backend": backend,
+        "_local_num_processes": topo.local_world_size,
+        "_source": topo.source,
+        "backend": group_backend,
+        "debug": options.debug,
+        "device": backend.device_for(topo.local_rank),
+        "distributed_type": distributed_type,
+        "num_processes": topo.world_size,
+        "process_index": topo.rank,
+        "local_process_index": topo.local_rank,
+    }
 
 
-def _topology(cpu: bool) -> _Topology:
-    ctx = current_context()
-    if ctx is not None:
-        kind = "cpu" if cpu else ctx.device
-        return _Topology(ctx.rank, ctx.local_rank, ctx.world_size, kind, True)
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # started by torchrun
-        kind = "cpu" if cpu or not torch.cuda.is_available() else "cuda"
-        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        local = int(os.environ.get("LOCAL_RANK", rank))
-        return _Topology(rank, local, world, kind, True)
-    kind = "cpu" if cpu or not torch.cuda.is_available() else "cuda"
-    return _Topology(0, 0, 1, kind, False)
+def _init_process_group(backend: Any, topo: Topology, options: StateOptions) -> str:
+    import torch.distributed as dist
+
+    if topo.group_exists:
+        return str(dist.get_backend())
+    settings = dict(options.process_group)
+    name = settings.pop("backend", None) or backend.process_group_backend
+    if name not in backend.process_group_backends:
+        raise invalid(
+            "backend",
+            name,
+            f"on {backend.name} devices use one of "
+            + ", ".join(repr(b) for b in backend.process_group_backends),
+        )
+    backend.set_device(backend.device_for(topo.local_rank))
+    settings.setdefault("init_method", "env://")
+    dist.init_process_group(name, rank=topo.rank, world_size=topo.world_size, **settings)
+    return name
 
 
-class PartialState:
+class PartialState(ProcessControl):
     """The job as seen by this process: rank, world size, device, process group.
 
-    Every instance shares one state (created by the first instantiation), so it can be created
-    anywhere. In a worker started by ``notebook_launcher`` or torchrun the process group is set
-    up on first use: gloo on CPU, nccl on GPUs — no ``cpu=True`` needed to join the job.
+    Every instance shares one state, created by the first instantiation in the process; later
+    instantiations return the same state whatever their arguments. In a worker started by
+    ``notebook_launcher`` or by torchrun the default process group is created at that moment
+    (gloo on CPUs, nccl on GPUs), with no ``cpu=True`` needed to join the job.
 
     Args:
         cpu: use the CPU even where GPUs exist.
-        **kwargs: accepted for compatibility; ``backend`` overrides the process-group backend.
+        **kwargs: ``torch.distributed.init_process_group`` settings (``backend``,
+            ``init_method``, ``timeout``, ``pg_options``, ``device_id``), e.g.
+            ``PartialState(**InitProcessGroupKwargs(timeout=...).to_kwargs())``;
+            ``kwargs_handlers=[InitProcessGroupKwargs(...)]`` as an Accelerator takes them; and
+            ``debug`` (default: the ``ACCELERATE_DEBUG_MODE`` switch).
+
+    Attributes:
+        device: the ``torch.device`` this process uses.
+        distributed_type: a :class:`DistributedType` (``NO`` for a single process).
+        backend: the process-group backend ("gloo", "nccl" ...), None without a group.
+        num_processes, process_index, local_process_index: the job's size and this process's
+            global and per-node index.
+        debug: whether debug mode is on.
+
+    Note:
+        Unlike Accelerate, a job started by torchrun on CPUs forms one process group without
+        ``cpu=True``; a process group created before ``PartialState()`` is adopted; unknown
+        keyword arguments are a TypeError; and a failed initialisation stores nothing, so the
+        next ``PartialState()`` tries again.
+
+    Example:
+        >>> state = PartialState()
+        >>> state.process_index, state.num_processes
+        (0, 1)
     """
 
     _shared_state: dict[str, Any] = {}
+    _known_attrs = (
+        "_cpu",
+        "_backend",
+        "backend",
+        "debug",
+        "device",
+        "distributed_type",
+        "local_process_index",
+        "num_processes",
+        "process_index",
+    )
 
     def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
         self.__dict__ = self._shared_state
-        if self._shared_state:
+        if self.initialized:
             return
-        topo = _topology(cpu)
-        backend: Backend = backend_for(topo.device_kind)
-        self._backend = backend
-        self.backend = kwargs.get("backend") or backend.process_group_backend
-        self.num_processes = topo.world_size
-        self.process_index = topo.rank
-        self.local_process_index = topo.local_rank
-        self.device = backend.device_for(topo.local_rank)
-        self.debug = False
-        if topo.world_size > 1:
-            import torch.distributed as dist
+        check_bool("cpu", cpu)
+        self._shared_state.update(_create_state(cpu, parse_state_options(kwargs)))
 
-            backend.set_device(self.device)
-            if not dist.is_initialized():
-                dist.init_process_group(
-                    self.backend, init_method="env://", rank=topo.rank, world_size=topo.world_size
-                )
-            self.distributed_type = (
-                DistributedType.MULTI_GPU
-                if topo.device_kind == "cuda"
-                else DistributedType.MULTI_CPU
+    def __getattr__(self, name: str) -> Any:
+        if name in type(self)._known_attrs or isinstance(getattr(type(self), name, None), property):
+            raise AttributeError(
+                f"{type(self).__name__} has no attribute {name!r}: the shared state was reset "
+                f"and not created again; call {type(self).__name__}() first."
             )
-        else:
-            self.distributed_type = DistributedType.NO
-
-    @property
-    def initialized(self) -> bool:
-        return bool(self._shared_state)
-
-    @property
-    def use_distributed(self) -> bool:
-        return self.distributed_type != DistributedType.NO and self.num_processes > 1
-
-    @property
-    def is_main_process(self) -> bool:
-        return self.process_index == 0
-
-    @property
-    def is_local_main_process(self) -> bool:
-        return self.local_process_index == 0
-
-    @property
-    def is_last_process(self) -> bool:
-        return self.process_index == self.num_processes - 1
-
-    def wait_for_everyone(self) -> None:
-        """Block until every process reaches this point (no-op in a single process)."""
-        if self.use_distributed:
-            import torch.distributed as dist
-
-            dist.barrier()
-
-    @contextmanager
-    def main_process_first(self):
-        """Run the block on the main process first, then on the others."""
-        if not self.is_main_process:
-            self.wait_for_everyone()
-        yield
-        if self.is_main_process:
-            self.wait_for_everyone()
-
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` on the main process only."""
-        if self.is_main_process:
-            print(*args, **kwargs)
-
-    def destroy_process_group(self) -> None:
-        import torch.distributed as dist
-
-        if self.use_distributed and dist.is_initialized():
-            dist.destroy_process_group()
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __repr__(self) -> str:
+        backend = f"  Backend: {self.backend}" if self.backend else ""
         return (
-            f"Distributed environment: {self.distributed_type.value}  Backend: {self.backend}\n"
+            f"Distributed environment: {self.distributed_type.value}{backend}\n"
             f"Num processes: {self.num_processes}\n"
             f"Process index: {self.process_index}\n"
             f"Local process index: {self.local_process_index}\n"
             f"Device: {self.device}\n"
         )
 
-    @classmethod
-    def _reset_state(cls) -> None:
-        cls._shared_state.clear()
+    @staticmethod
+    def _reset_state() -> None:
+        """Forget the shared state (used between jobs and in tests)."""
+        PartialState._shared_state.clear()
+
+    @property
+    def initialized(self) -> bool:
+        """Whether the shared state exists."""
+        return bool(self._shared_state)
+
+    @property
+    def use_distributed(self) -> bool:
+        """Whether this is a job of several processes."""
+        return self.distributed_type is not DistributedType.NO and self.num_processes > 1
+
+    @property
+    def is_main_process(self) -> bool:
+        """Whether this is the process of global index 0."""
+        return self.process_index == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        """Whether this is the process of index 0 on its node."""
+        return self.local_process_index == 0
+
+    @property
+    def is_last_process(self) -> bool:
+        """Whether this is the process of the highest global index."""
+        return self.process_index == self.num_processes - 1
+
+    @property
+    def default_device(self) -> torch.device:
+        """The device a single process would use here (CUDA, then MPS, then the CPU)."""
+        from ..backends import detect_backend
+
+        return detect_backend(self._cpu).device_for(0)
+
+    def set_device(self) -> None:
+        """Make :attr:`device` this process's current device."""
+        self._backend.set_device(self.device)
+
+    def wait_for_everyone(self) -> None:
+        """Block until every process of the job reaches this call (no-op in a single process)."""
+        if self.distributed_type is not DistributedType.NO:
+            self._backend.barrier(self.device)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` once per node: on the local main process (the main process on one node)."""
+        if self.is_local_main_process:
+            print(*args, **kwargs)
+
+    def destroy_process_group(self, group: Any = None) -> None:
+        """Destroy ``group``, or the default process group; nothing happens if none exists."""
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group(group)

@@ -1,0 +1,85 @@
+"""Device backends: chosen once, asked without initialising any device runtime."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from notebook_launcher.backends import (
+    BACKENDS,
+    CpuBackend,
+    CudaBackend,
+    MpsBackend,
+    XlaBackend,
+    backend_for,
+    detect_backend,
+)
+from notebook_launcher.state import DistributedType
+
+
+def test_cpu_backend():
+    cpu = CpuBackend()
+    assert cpu.is_available()
+    assert cpu.device_count() >= 1
+    assert cpu.process_group_backend == "gloo"
+    assert cpu.distributed_type is DistributedType.MULTI_CPU
+    assert cpu.device_for(3) == torch.device("cpu")
+    assert cpu.default_start_method == "fork"
+    assert not cpu.accelerator
+
+
+def test_cuda_backend_facts():
+    cuda = CudaBackend()
+    assert (cuda.process_group_backend, cuda.distributed_type) == (
+        "nccl",
+        DistributedType.MULTI_GPU,
+    )
+    assert cuda.is_available() == (cuda.device_count() > 0)
+    assert cuda.default_start_method == "fork"
+
+
+def test_mps_backend_is_single_process():
+    mps = MpsBackend()
+    assert mps.distributed_type is DistributedType.NO
+    assert mps.default_start_method == "spawn"
+    assert mps.device_count() == (1 if mps.is_available() else 0)
+    assert mps.device_for(0) == torch.device("mps")
+
+
+def test_xla_backend_is_a_placeholder_that_says_so():
+    xla = XlaBackend()
+    assert xla.distributed_type is DistributedType.XLA
+    assert xla.is_available() is False and xla.device_count() == 0  # no torch_xla here
+    with pytest.raises(NotImplementedError, match="TPU support comes with the TPU launcher"):
+        xla.device_for(0)
+
+
+def test_backend_for_names_and_errors():
+    assert {name: type(backend_for(name)) for name in BACKENDS} == BACKENDS
+    with pytest.raises(ValueError, match="device='tpu' is not valid.*'cpu', 'cuda', 'mps', 'xla'"):
+        backend_for("tpu")
+
+
+def test_detect_backend_chooses_once():
+    chosen = detect_backend()
+    assert detect_backend() is chosen
+    assert isinstance(detect_backend(cpu=True), CpuBackend)
+    assert isinstance(chosen, CpuBackend)  # no GPU on this machine
+    with pytest.raises(TypeError, match="cpu=1"):
+        detect_backend(cpu=1)
+
+
+@pytest.mark.skipif(not torch.backends.cuda.is_built(), reason="this torch has no CUDA")
+def test_detection_does_not_initialise_cuda():
+    code = (
+        "import torch; from notebook_launcher.backends import detect_backend; "
+        "from notebook_launcher.utils.environment import is_bf16_available, is_cuda_available; "
+        "from notebook_launcher.utils.memory import get_max_memory; "
+        "detect_backend().device_count(); is_cuda_available(); is_bf16_available(); "
+        "get_max_memory(); print(torch.cuda.is_initialized())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
