@@ -96,11 +96,25 @@ def _reset_inherited_state() -> None:
         state.reset_state()
 
 
-def _failure(rank: int, exc: BaseException) -> WorkerFailed:
+def _dumps(value: Any) -> bytes:
+    """Pickle ``value`` for the kernel: by reference where the kernel can look it up, else by value.
+
+    Plain pickle first, so that a class or exception defined in the kernel's ``__main__`` (a
+    notebook cell) comes back as the kernel's own class under fork (``isinstance`` and ``except``
+    work); cloudpickle would send a copy of the class. Anything plain pickle refuses (lambdas,
+    local classes, classes cloudpickle rebuilt under spawn) goes by value with cloudpickle.
+    """
     import cloudpickle
 
     try:
-        payload = cloudpickle.dumps(exc)
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return cloudpickle.dumps(value)
+
+
+def _failure(rank: int, exc: BaseException) -> WorkerFailed:
+    try:
+        payload = _dumps(exc)
         pickle.loads(payload)
     except Exception:
         payload = None
@@ -116,12 +130,10 @@ def _failure(rank: int, exc: BaseException) -> WorkerFailed:
 
 
 def _result_event(rank: int, value: Any) -> WorkerFinished:
-    import cloudpickle
-
     from ..utils.tree import to_cpu
 
     try:
-        payload = cloudpickle.dumps(to_cpu(value))
+        payload = _dumps(to_cpu(value))
     except Exception as exc:
         raise TypeError(
             f"rank {rank} returned a value that cannot be pickled and sent back to the kernel: "
