@@ -1,5 +1,13 @@
 """Launch distributed PyTorch from a notebook cell, with the worker-side API of Accelerate."""
 
+from .kwargs import (
+    AutocastKwargs,
+    DDPCommunicationHookType,
+    DistributedDataParallelKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    ProfileKwargs,
+)
 from .launch import (
     LaunchError,
     LaunchResult,
@@ -16,12 +24,18 @@ from .state import DistributedType, PartialState
 __version__ = "0.1.0"
 
 __all__ = [
+    "AutocastKwargs",
+    "DDPCommunicationHookType",
+    "DistributedDataParallelKwargs",
     "DistributedType",
+    "GradScalerKwargs",
+    "InitProcessGroupKwargs",
     "LaunchError",
     "LaunchResult",
     "LaunchTimeoutError",
     "PartialState",
     "PreflightError",
+    "ProfileKwargs",
     "WorkerFailure",
     "WorkerStalledError",
     "WorkersFailedError",

@@ -1,1 +1,59 @@
-"""Small helpers shared by the kernel side and the worker side."""
+"""Small helpers shared by the kernel side and the worker side.
+
+The Accelerate-style utility names (``is_bf16_available``, ``get_max_memory``,
+``write_basic_config``, the enums and kwargs handlers ...) are importable from here, as from
+``accelerate.utils``; they load on first use, so importing one submodule stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    ".environment": (
+        "available_cpu_count",
+        "is_bf16_available",
+        "is_cuda_available",
+        "is_mps_available",
+        "is_torch_xla_available",
+        "is_tpu_available",
+        "parse_flag_from_env",
+        "patch_environment",
+        "str_to_bool",
+    ),
+    ".versions": ("compare_versions", "is_torch_version"),
+    ".memory": ("convert_file_size_to_int", "get_max_memory"),
+    ".config": ("load_config", "write_basic_config"),
+    ".dataclasses": ("GradientAccumulationPlugin", "KwargsHandler"),
+    ".fp8": ("FP8RecipeKwargs",),
+    ".profiling": ("ProfileKwargs",),
+    "..state.enums": (
+        "DDPCommunicationHookType",
+        "DistributedType",
+        "LoggerType",
+        "PrecisionType",
+        "RNGType",
+    ),
+    "..kwargs": (
+        "AutocastKwargs",
+        "DistributedDataParallelKwargs",
+        "GradScalerKwargs",
+        "InitProcessGroupKwargs",
+    ),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -129,3 +129,13 @@ def test_bad_memory_maps():
         get_max_memory({-1: "1GB"})
     with pytest.raises(TypeError, match="max_memory=.*expected a dict"):
         get_max_memory(["cpu"])
+
+
+def test_utils_exports_every_listed_name():
+    import notebook_launcher.utils as utils
+
+    for name in utils.__all__:
+        assert getattr(utils, name) is not None, name
+    assert set(utils.__all__) <= set(dir(utils))
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        _ = utils.nothing_here
