@@ -210,19 +210,15 @@ def test_segfault_names_sigsegv_and_shows_faulthandler_output():
     assert_relaunch_works()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="only the last 20 lines of a rank are kept; a forked worker's stack includes the "
-    "caller's frames (pytest here, ipykernel in a notebook), so faulthandler's header and the "
-    "crashing frame are pushed out of the failure report by the caller's frames",
-)
 def test_segfault_report_shows_the_crash_site():
     with pytest.raises(WorkersFailedError) as info:
         launch(segfault_on_rank_1, num_processes=2)
 
-    last = "\n".join(info.value.failure.last_lines)
+    last = info.value.failure.traceback
     assert "Fatal Python error: Segmentation fault" in last
-    assert "in segfault_on_rank_1" in last  # the crashing frame
+    assert "Crash report of rank 1:" in str(info.value)
+    assert "in segfault_on_rank_1" in last  # the crashing frame, kept despite a deep stack
+    assert "in segfault_on_rank_1" in str(info.value)
 
 
 def sys_exit_zero():
@@ -239,3 +235,21 @@ def test_sys_exit_success_counts_as_returning_none(function):
 
     assert result.values == [None, None]
     assert result.returned_nothing
+
+
+def sys_exit_two_on_rank_1():
+    if PartialState().process_index == 1:
+        sys.exit(2)
+    PartialState().wait_for_everyone()
+
+
+def test_nonzero_sys_exit_is_a_launch_failure_not_an_exit_of_the_caller():
+    # Re-raising SystemExit in the caller would end a script silently and lose the details.
+    with pytest.raises(WorkersFailedError) as info:
+        launch(sys_exit_two_on_rank_1, num_processes=2)
+
+    failure = info.value.failure
+    assert failure.rank == 1
+    assert failure.exitcode == 2
+    assert failure.exc_type.endswith("SystemExit")
+    assert "exit code 2" in str(info.value)

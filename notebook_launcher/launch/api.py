@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pickle
-import signal
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +18,7 @@ from .plan import LaunchPlan, make_plan
 from .preflight import check_args, check_function, run_preflight
 from .rendezvous import KernelStore
 from .result import LaunchResult
+from .signals import interrupts_deferred
 from .spawn import SpawnLauncher
 from .supervisor import Supervisor
 from .worker import WorkerSpec
@@ -221,11 +219,12 @@ def _attempt(
     try:
         for local_rank in range(plan.num_processes):
             spec = _spec(plan, local_rank, store.port, restart)
-            handles.append(launcher.start(spec, payload, time.monotonic()))
+            with interrupts_deferred():  # a started worker is always recorded, so torn down
+                handles.append(launcher.start(spec, payload, time.monotonic()))
         supervisor = Supervisor(handles, sink, plan.stall_timeout, plan.monitor_interval, listeners)
         return supervisor.run(deadline)
     finally:
-        with _interrupts_deferred():
+        with interrupts_deferred():
             # Whatever happened, nothing of this attempt survives it.
             if supervisor is None:
                 supervisor = Supervisor(handles, sink, plan.stall_timeout, 0.1, listeners)
@@ -254,26 +253,3 @@ def _spec(plan: LaunchPlan, local_rank: int, port: int, restart: int) -> WorkerS
         rdzv_id=plan.rdzv_id,
         max_restarts=plan.max_restarts,
     )
-
-
-@contextlib.contextmanager
-def _interrupts_deferred():
-    """Hold a Ctrl-C/kernel interrupt until teardown is done, then deliver it.
-
-    The previous SIGINT handler is always put back.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.getsignal(signal.SIGINT)
-    if previous is None:  # installed from C: leave it alone
-        yield
-        return
-    pending: list[int] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if pending and callable(previous):
-            previous(signal.SIGINT, None)

@@ -76,6 +76,10 @@ class Launcher(ABC):
         )
         try:
             process.start()
+        except BaseException:
+            for conn in (events_r, out_r, err_r):
+                conn.close()
+            raise
         finally:
             # The kernel keeps only read ends, so EOF arrives once the worker's side is gone,
             # and workers started later do not inherit this worker's write ends.

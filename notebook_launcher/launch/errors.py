@@ -69,7 +69,8 @@ class WorkerFailure:
             ranks = ", ".join(str(r) for r in stopped)
             lines.append(f"Stopped because of this failure: rank {ranks}.")
         if include_traceback and self.traceback:
-            lines += ["", f"Traceback of rank {self.rank}:", self.traceback.rstrip()]
+            title = "Traceback" if self.exc_type is not None else "Crash report"
+            lines += ["", f"{title} of rank {self.rank}:", self.traceback.rstrip()]
         if self.last_lines:
             lines += ["", f"Last lines printed by rank {self.rank}:"]
             lines += [f"  {line}" for line in self.last_lines]
@@ -138,6 +139,10 @@ def failure_to_raise(failure: WorkerFailure, stopped: tuple[int, ...]) -> BaseEx
     worker traceback becomes its cause. Otherwise a :class:`WorkersFailedError`.
     """
     original = failure.original_exception()
+    if not isinstance(original, Exception):
+        # SystemExit or KeyboardInterrupt rebuilt in the kernel would end the caller's program
+        # or pose as an interrupt of the kernel itself, with the launch details lost.
+        original = None
     cause = RemoteTraceback(failure.traceback) if failure.traceback else None
     if original is None:
         error: BaseException = WorkersFailedError(failure, stopped)

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from ..events import OutputLine
 
 MAX_LINE_BYTES = 64 * 1024  # a line longer than this is shown in pieces rather than held forever
+FATAL_MARK = "Fatal Python error:"  # how faulthandler starts its report of a crash
+FATAL_LINES = 40  # lines of a crash report kept (the crashing frames come first)
 
 
 class LineSplitter:
@@ -57,6 +59,7 @@ class OutputSink:
         self.policy = policy
         self.prefix = prefix
         self._tails: dict[int, deque[str]] = {}
+        self._fatal: dict[int, list[str]] = {}
         self._tail_lines = tail_lines
         self._stdout = stdout
         self._stderr = stderr
@@ -67,6 +70,11 @@ class OutputSink:
     def write(self, line: OutputLine) -> None:
         labelled = self.prefix(line.rank) + line.text
         self._tails.setdefault(line.rank, deque(maxlen=self._tail_lines)).append(labelled)
+        if line.text.startswith(FATAL_MARK):
+            self._fatal[line.rank] = []
+        report = self._fatal.get(line.rank)
+        if report is not None and len(report) < FATAL_LINES:
+            report.append(line.text)
         if self.shows(line.rank):
             self.notice(labelled, line.stream)
 
@@ -81,3 +89,7 @@ class OutputSink:
 
     def tail(self, rank: int) -> tuple[str, ...]:
         return tuple(self._tails.get(rank, ()))
+
+    def crash_report(self, rank: int) -> str:
+        """The start of the crash report (fatal error and innermost frames) a rank printed."""
+        return "\n".join(self._fatal.get(rank, ()))

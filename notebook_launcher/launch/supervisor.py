@@ -193,7 +193,7 @@ class Supervisor:
                 exitcode=handle.exitcode,
                 exc_type=None,
                 message=message,
-                traceback="",
+                traceback=self.sink.crash_report(handle.rank),
                 last_lines=self.sink.tail(handle.rank),
             )
         return WorkerFailure(

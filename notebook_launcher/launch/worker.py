@@ -74,6 +74,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def _redirect_streams(stdout_conn: Any, stderr_conn: Any) -> None:
     """Point fds 1 and 2 at the kernel's pipes so C-level output is captured too."""
+    inherited = (sys.stdout, sys.stderr)
     for conn, fd in ((stdout_conn, 1), (stderr_conn, 2)):
         os.dup2(conn.fileno(), fd)
         conn.close()
@@ -85,8 +86,23 @@ def _redirect_streams(stdout_conn: Any, stderr_conn: Any) -> None:
     sys.stderr = sys.__stderr__ = open(  # noqa: SIM115
         2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False
     )
+    for old, new in zip(inherited, (sys.stdout, sys.stderr), strict=True):
+        _forward_kernel_stream(old, new)
     faulthandler.enable(file=sys.stderr, all_threads=True)
     faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
+
+
+def _forward_kernel_stream(old: Any, new: Any) -> None:
+    """Make a forked copy of the kernel's stream object write through ``new``.
+
+    Objects set up in the notebook before the launch (a ``logging`` handler, a progress bar) keep
+    the kernel's ``sys.stdout``/``sys.stderr``. In a forked worker ipykernel's copy would publish
+    straight to the notebook, unlabelled and in fragments mixed with other ranks' output.
+    """
+    iostream = sys.modules.get("ipykernel.iostream")
+    if iostream is None or not isinstance(old, iostream.OutStream):
+        return
+    old.write, old.writelines, old.flush = new.write, new.writelines, new.flush
 
 
 def _reset_inherited_state() -> None:
