@@ -1,0 +1,83 @@
+"""Worker output in a real kernel: every line arrives once, whole, labelled with its rank."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytestmark = pytest.mark.kernel
+
+CHATTY = r"""
+import os, sys
+from notebook_launcher import notebook_launcher
+
+def chatty():
+    rank = int(os.environ["RANK"])
+    for i in range(20):
+        text = f"line {i:02d} of rank {rank} " + "x" * 50
+        if i % 3 == 0:
+            print(text)
+        elif i % 3 == 1:  # one line in two writes: only the joined line may be shown
+            sys.stdout.write(text[:20])
+            sys.stdout.flush()
+            sys.stdout.write(text[20:] + "\n")
+        else:  # below Python's streams, as C code writes
+            sys.stdout.flush()
+            os.write(1, (text + "\n").encode())
+    return rank
+
+notebook_launcher(chatty, num_processes=4)
+"""
+
+LINE = re.compile(r"^\[rank(\d)\] line (\d\d) of rank (\d) x{50}$")
+
+
+def test_every_line_of_four_ranks_arrives_once_whole_and_labelled(kernel):
+    cell = kernel.execute(CHATTY, timeout=60)
+
+    assert cell.error() is None, cell.output()
+    assert cell.result() == "LaunchResult(4 processes, by rank: {0: 0, 1: 1, 2: 2, 3: 3})"
+    lines = cell.stream("stdout").splitlines()
+    seen: dict[int, list[int]] = {rank: [] for rank in range(4)}
+    for line in lines:
+        match = LINE.match(line)
+        assert match, f"malformed or glued line: {line!r}"
+        label, index, rank = int(match[1]), int(match[2]), int(match[3])
+        assert label == rank, f"line of rank {rank} labelled rank {label}: {line!r}"
+        seen[rank].append(index)
+    for rank, indices in seen.items():
+        assert indices == list(range(20)), f"rank {rank} lines out of order or missing: {indices}"
+    assert len(lines) == 80
+    assert "[rank" not in cell.stream("stderr"), cell.stream("stderr")
+
+
+KERNEL_STREAMS = r"""
+import logging, os, sys
+from notebook_launcher import notebook_launcher
+
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", force=True)
+notebook_stdout = sys.stdout  # as a progress bar created in an earlier cell would keep it
+
+def uses_kernel_streams():
+    rank = os.environ["RANK"]
+    for i in range(5):
+        logging.info("logged %d by rank %s", i, rank)
+        print("printed", i, "by rank", rank, file=notebook_stdout)
+
+notebook_launcher(uses_kernel_streams, num_processes=2)
+"""
+
+
+def test_output_through_kernel_stream_objects_kept_from_before_the_launch_is_labelled(kernel):
+    """ipykernel's stream objects, copied into forked workers, must not bypass the launcher."""
+    cell = kernel.execute(KERNEL_STREAMS, timeout=60)
+
+    assert cell.error() is None, cell.output()
+    expected = {
+        "stdout": {f"[rank{r}] printed {i} by rank {r}" for r in range(2) for i in range(5)},
+        "stderr": {f"[rank{r}] INFO logged {i} by rank {r}" for r in range(2) for i in range(5)},
+    }
+    for name, lines in expected.items():
+        shown = cell.stream(name).splitlines()
+        assert sorted(shown) == sorted(lines), f"{name}: {shown}"
