@@ -10,6 +10,8 @@ from .base import Backend
 
 
 class CpuBackend(Backend):
+    """The host CPU: always available, one device shared by every process, gloo collectives."""
+
     name = "cpu"
     process_group_backend = "gloo"
     process_group_backends = ("gloo", "mpi")

@@ -10,6 +10,8 @@ from .base import Backend
 
 
 class CudaBackend(Backend):
+    """NVIDIA GPUs: local rank ``i`` uses ``cuda:i`` (modulo the GPUs visible), nccl collectives."""
+
     name = "cuda"
     process_group_backend = "nccl"
     process_group_backends = ("nccl", "gloo", "cuda:nccl,cpu:gloo")

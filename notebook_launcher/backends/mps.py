@@ -12,6 +12,8 @@ from .base import Backend
 
 
 class MpsBackend(Backend):
+    """Apple silicon's GPU through Metal, for a single process."""
+
     name = "mps"
     process_group_backend = "gloo"
     process_group_backends = ("gloo",)

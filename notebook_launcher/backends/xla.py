@@ -17,6 +17,8 @@ NOT_YET = (
 
 
 class XlaBackend(Backend):
+    """TPUs through torch_xla: detected, but not usable until the TPU launcher exists."""
+
     name = "xla"
     process_group_backend = "xla"
     process_group_backends = ("xla",)

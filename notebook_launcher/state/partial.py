@@ -91,9 +91,11 @@ class PartialState(ProcessControl):
 
     Note:
         Unlike Accelerate, a job started by torchrun on CPUs forms one process group without
-        ``cpu=True``; a process group created before ``PartialState()`` is adopted; unknown
-        keyword arguments are a TypeError; and a failed initialisation stores nothing, so the
-        next ``PartialState()`` tries again.
+        ``cpu=True`` (Accelerate leaves such processes unconnected); a process group created
+        before ``PartialState()`` is adopted; unknown keyword arguments are a TypeError; and a
+        failed initialisation stores nothing, so the next ``PartialState()`` tries again. As in
+        Accelerate, a launched job of one process still gets a process group (of one), so its
+        ``distributed_type`` is ``MULTI_CPU``/``MULTI_GPU`` while ``use_distributed`` is False.
 
     Example:
         >>> state = PartialState()

@@ -56,6 +56,23 @@ def test_two_workers_form_one_gloo_group_without_cpu_true():
         assert seen["timeout"] == 123.0  # InitProcessGroupKwargs reached the process group
 
 
+def single_worker():
+    state = PartialState()
+    state.wait_for_everyone()
+    ran = state.on_process(process_index=0)(lambda: "ran")()
+    return state.distributed_type, state.num_processes, state.use_distributed, ran
+
+
+def test_a_single_launched_worker_has_a_group_of_one():
+    # As Accelerate does for a launched job: the group exists, but nothing is distributed.
+    assert notebook_launcher(single_worker, num_processes=1).main == (
+        DistributedType.MULTI_CPU,
+        1,
+        False,
+        "ran",
+    )
+
+
 def _log(path, state, what):
     with open(path, "a") as log:  # O_APPEND: each line lands whole, in the order written
         log.write(f"{state.process_index} {what} {time.time()}\n")

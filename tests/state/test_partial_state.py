@@ -184,3 +184,17 @@ def test_an_existing_process_group_is_adopted(tmp_path):
     finally:
         state.destroy_process_group()
     assert not dist.is_initialized()
+
+
+def test_reset_state_forgets_every_singleton():
+    from notebook_launcher.backends import _chosen, detect_backend
+    from notebook_launcher.state import AcceleratorState, GradientState, reset_state
+
+    AcceleratorState(_from_accelerator=True)
+    GradientState()
+    detect_backend()
+    assert PartialState._shared_state and AcceleratorState._shared_state
+    assert GradientState._shared_state and _chosen
+    reset_state()
+    assert not PartialState._shared_state and not AcceleratorState._shared_state
+    assert not GradientState._shared_state and not _chosen
