@@ -198,3 +198,19 @@ def test_reset_state_forgets_every_singleton():
     reset_state()
     assert not PartialState._shared_state and not AcceleratorState._shared_state
     assert not GradientState._shared_state and not _chosen
+
+
+def test_torchrun_variables_make_a_job_and_a_wrong_backend_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(
+        ValueError, match="backend='nccl' is not valid: on cpu devices use one of 'gloo'"
+    ):
+        PartialState(backend="nccl")
+    assert not PartialState._shared_state and not dist.is_initialized()
+    state = PartialState(init_method=f"file://{tmp_path}/store")
+    try:
+        assert state.distributed_type is DistributedType.MULTI_CPU and state.backend == "gloo"
+        assert dist.get_world_size() == 1
+    finally:
+        state.destroy_process_group()
