@@ -34,7 +34,6 @@ def _create_state(cpu: bool, options: StateOptions) -> dict[str, Any]:
         "_cpu": cpu,
         "_backend": backend,
         "_local_num_processes": topo.local_world_size,
-        "_source": topo.source,
         "backend": group_backend,
         "debug": options.debug,
         "device": backend.device_for(topo.local_rank),
@@ -48,7 +47,9 @@ def _create_state(cpu: bool, options: StateOptions) -> dict[str, Any]:
 def _init_process_group(backend: Any, topo: Topology, options: StateOptions) -> str:
     import torch.distributed as dist
 
+    device = backend.device_for(topo.local_rank)
     if topo.group_exists:
+        backend.set_device(device)
         return str(dist.get_backend())
     settings = dict(options.process_group)
     name = settings.pop("backend", None) or backend.process_group_backend
@@ -59,7 +60,7 @@ def _init_process_group(backend: Any, topo: Topology, options: StateOptions) -> 
             f"on {backend.name} devices use one of "
             + ", ".join(repr(b) for b in backend.process_group_backends),
         )
-    backend.set_device(backend.device_for(topo.local_rank))
+    backend.set_device(device)
     settings.setdefault("init_method", "env://")
     dist.init_process_group(name, rank=topo.rank, world_size=topo.world_size, **settings)
     return name
