@@ -63,7 +63,9 @@ class WorkerFailure:
         short = self.exc_type.rsplit(".", 1)[-1]
         return f"{where} failed with {self.exit}: {short}: {self.message}"
 
-    def report(self, stopped: tuple[int, ...], include_traceback: bool = True) -> str:
+    def report(
+        self, stopped: tuple[int, ...], include_traceback: bool = True, include_lines: bool = True
+    ) -> str:
         lines = [self.headline()]
         if stopped:
             ranks = ", ".join(str(r) for r in stopped)
@@ -71,7 +73,7 @@ class WorkerFailure:
         if include_traceback and self.traceback:
             title = "Traceback" if self.exc_type is not None else "Crash report"
             lines += ["", f"{title} of rank {self.rank}:", self.traceback.rstrip()]
-        if self.last_lines:
+        if include_lines and self.last_lines:
             lines += ["", f"Last lines printed by rank {self.rank}:"]
             lines += [f"  {line}" for line in self.last_lines]
         return "\n".join(lines)
@@ -135,27 +137,26 @@ def failure_to_raise(failure: WorkerFailure, stopped: tuple[int, ...]) -> BaseEx
     """The exception the kernel raises for a failed launch.
 
     The worker's own exception when it can be rebuilt, so ``except ValueError`` works as it would
-    in one process; the launch details go into its notes and ``launch_failure`` attribute and the
-    worker traceback becomes its cause. Otherwise a :class:`WorkersFailedError`.
+    in one process. Its cause is a :class:`RemoteTraceback` holding the whole report (rank, pid,
+    exit, stopped ranks, worker traceback, last lines): every frontend shows a cause, while
+    exception notes are not shown by IPython before 8.15 (Colab, older kernels). A short note
+    repeats the headline, and ``launch_failure`` holds the :class:`WorkerFailure`. Otherwise
+    (nothing to rebuild, or SystemExit/KeyboardInterrupt) a :class:`WorkersFailedError`.
     """
     original = failure.original_exception()
     if not isinstance(original, Exception):
         # SystemExit or KeyboardInterrupt rebuilt in the kernel would end the caller's program
         # or pose as an interrupt of the kernel itself, with the launch details lost.
-        original = None
-    cause = RemoteTraceback(failure.traceback) if failure.traceback else None
-    if original is None:
-        error: BaseException = WorkersFailedError(failure, stopped)
-    else:
-        error = original
-        note = failure.report(stopped, include_traceback=False)
-        if hasattr(error, "add_note"):
-            error.add_note(note)
-        else:  # Python 3.10
-            error.__notes__ = [*getattr(error, "__notes__", []), note]
-        try:
-            error.launch_failure = failure  # type: ignore[attr-defined]
-        except AttributeError:
-            pass
-    error.__cause__ = cause
+        return WorkersFailedError(failure, stopped)
+    error = original
+    note = failure.report(stopped, include_traceback=False, include_lines=False)
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    else:  # Python 3.10
+        error.__notes__ = [*getattr(error, "__notes__", []), note]
+    try:
+        error.launch_failure = failure  # type: ignore[attr-defined]
+    except AttributeError:
+        pass
+    error.__cause__ = RemoteTraceback(failure.report(stopped))
     return error

@@ -10,7 +10,7 @@ from ..events import OutputLine
 
 MAX_LINE_BYTES = 64 * 1024  # a line longer than this is shown in pieces rather than held forever
 FATAL_MARK = "Fatal Python error:"  # how faulthandler starts its report of a crash
-FATAL_LINES = 40  # lines of a crash report kept (the crashing frames come first)
+FATAL_LINES = 400  # lines of a crash report kept (faulthandler prints at most 100 frames a thread)
 
 
 class LineSplitter:
@@ -90,6 +90,6 @@ class OutputSink:
     def tail(self, rank: int) -> tuple[str, ...]:
         return tuple(self._tails.get(rank, ()))
 
-    def crash_report(self, rank: int) -> str:
-        """The start of the crash report (fatal error and innermost frames) a rank printed."""
-        return "\n".join(self._fatal.get(rank, ()))
+    def crash_report(self, rank: int) -> list[str]:
+        """The crash report (fatal error and the frames of each thread) a rank printed."""
+        return list(self._fatal.get(rank, ()))

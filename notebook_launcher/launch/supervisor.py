@@ -20,6 +20,7 @@ from .errors import (
 )
 from .output import OutputSink
 from .processes import kill_tree
+from .stacks import trim_kernel_frames, where_ranks_were
 from .worker import STACK_DUMP_SIGNAL
 
 READ_CHUNK = 1 << 16
@@ -193,7 +194,7 @@ class Supervisor:
                 exitcode=handle.exitcode,
                 exc_type=None,
                 message=message,
-                traceback=self.sink.crash_report(handle.rank),
+                traceback="\n".join(trim_kernel_frames(self.sink.crash_report(handle.rank))),
                 last_lines=self.sink.tail(handle.rank),
             )
         return WorkerFailure(
@@ -228,24 +229,29 @@ class Supervisor:
 
     def _stall(self, stalled: list[WorkerHandle]) -> BaseException:
         ranks = tuple(h.rank for h in stalled)
-        names = ", ".join(str(r) for r in ranks)
+        stacks = self._collect_stacks()
+        limit = self.stall_timeout
         message = (
-            f"rank {names} showed no sign of life (no output, no events, no CPU use) for "
-            f"{self.stall_timeout:g} s (stall_timeout={self.stall_timeout:g}); all ranks were "
-            "stopped. Pass a larger stall_timeout, or None, if a rank legitimately waits that long."
+            f"rank {', '.join(str(r) for r in ranks)} showed no sign of life (no output, no "
+            f"events, no CPU use) for {limit:g} s (stall_timeout={limit:g}); all ranks were "
+            f"stopped. {where_ranks_were(stacks)} Pass a larger stall_timeout, or None, if a "
+            "rank legitimately waits that long."
         )
-        stacks = self._dump_stacks(message)
+        self._show_stacks(message, stacks)
         self.teardown()
         return WorkerStalledError(message, stacks, ranks)
 
     def _timeout(self, now: float, deadline: float) -> BaseException:
-        message = "the launch exceeded its timeout; all ranks were stopped."
-        stacks = self._dump_stacks(message)
+        stacks = self._collect_stacks()
+        message = (
+            f"the launch exceeded its timeout; all ranks were stopped. {where_ranks_were(stacks)}"
+        )
+        self._show_stacks(message, stacks)
         self.teardown()
         return LaunchTimeoutError(message, stacks)
 
-    def _dump_stacks(self, reason: str) -> dict[int, str]:
-        """Ask every live rank for its Python stack and show them in the cell, grouped by rank."""
+    def _collect_stacks(self) -> dict[int, str]:
+        """Ask every live rank for its Python stacks (all threads, kernel frames trimmed)."""
         alive = [h for h in self.handles if not h.exited and h.status != "finished"]
         for handle in alive:
             handle.capture = []
@@ -259,15 +265,18 @@ class Supervisor:
             if all(h.capture and now - h.last_alive >= STACK_QUIET for h in alive):
                 break
             self._pump(min(STACK_QUIET / 2, max(0.0, end - now)))
-        stacks = {h.rank: "\n".join(h.capture or []) for h in alive}
+        stacks = {h.rank: "\n".join(trim_kernel_frames(h.capture or [])) for h in alive}
+        for handle in alive:
+            handle.capture = None
+        return stacks
+
+    def _show_stacks(self, reason: str, stacks: dict[int, str]) -> None:
+        """Show why the launch stopped and every rank's stack in the cell, grouped by rank."""
         self.sink.notice(f"notebook_launcher: {reason}")
         for rank, stack in sorted(stacks.items()):
             self.sink.notice(f"Python stack of rank {rank}:")
             for line in stack.splitlines() or ["(no stack received)"]:
                 self.sink.notice(self.sink.prefix(rank) + line)
-        for handle in alive:
-            handle.capture = None
-        return stacks
 
     def teardown(self) -> None:
         """Kill every worker still running, read what they left in the pipes, release everything.

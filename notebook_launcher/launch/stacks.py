@@ -1,0 +1,110 @@
+"""Reading the Python stacks workers dump (faulthandler's format) into something a user can act on."""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.+)$')
+_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+")
+WORKER_ENTRY = "in run_worker"  # the bootstrap's frame: everything below it is the kernel's
+_COLLECTIVE_PATHS = ("torch/distributed/", "torch\\distributed\\")
+
+
+def trim_kernel_frames(lines: list[str]) -> list[str]:
+    """Drop the frames below the worker bootstrap.
+
+    A forked worker's stack still holds the frames of the kernel that forked it (IPython,
+    ipykernel, asyncio ...); they say nothing about the worker. Thread headers and other text
+    after the cut are kept.
+    """
+    kept: list[str] = []
+    skipping = False
+    for line in lines:
+        if _THREAD.match(line) or not line.startswith(" "):
+            skipping = False
+        if skipping:
+            continue
+        kept.append(line)
+        if line.rstrip().endswith(WORKER_ENTRY) and _FRAME.match(line):
+            skipping = True
+    return kept
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a worker's main thread was when its stack was taken."""
+
+    function: str
+    file: str
+    line: int
+    in_collective: bool  # inside torch.distributed: waiting for the other ranks
+
+    def describe(self) -> str:
+        where = f"{self.function} ({_display_file(self.file)}:{self.line})"
+        if self.in_collective:
+            return f"waiting for the other ranks in torch.distributed, called from {where}"
+        return f"in {where}"
+
+
+def locate(stack: str) -> Location | None:
+    """The main thread's innermost frame of user code, and whether it waits in a collective.
+
+    The main thread is the one whose stack runs through the worker bootstrap.
+    """
+    for block in _thread_blocks(stack.splitlines()):
+        frames = [m for m in map(_FRAME.match, block) if m]
+        if not any(m.group("func") == "run_worker" for m in frames):
+            continue
+        waiting = any(_is_collective(m.group("file")) for m in frames)
+        for m in frames:  # most recent call first
+            if not _is_library(m.group("file")):
+                return Location(m.group("func"), m.group("file"), int(m.group("line")), waiting)
+        if frames:
+            m = frames[0]
+            return Location(m.group("func"), m.group("file"), int(m.group("line")), waiting)
+    return None
+
+
+def _thread_blocks(lines: list[str]) -> list[list[str]]:
+    blocks: list[list[str]] = [[]]
+    for line in lines:
+        if _THREAD.match(line):
+            blocks.append([])
+        blocks[-1].append(line)
+    return [b for b in blocks if b]
+
+
+def _is_collective(path: str) -> bool:
+    return any(part in path for part in _COLLECTIVE_PATHS)
+
+
+def _is_library(path: str) -> bool:
+    return "site-packages" in path or "/lib/python3" in path or "notebook_launcher/" in path
+
+
+def where_ranks_were(stacks: dict[int, str]) -> str:
+    """One sentence per rank saying where it was, and which ranks the others were waiting for."""
+    places = {rank: locate(stack) for rank, stack in sorted(stacks.items())}
+    parts = [
+        f"rank {rank} was {place.describe() if place else 'at an unknown place (no stack)'}"
+        for rank, place in places.items()
+    ]
+    if not parts:
+        return ""
+    text = "Where each rank was: " + "; ".join(parts) + "."
+    waiting = [r for r, p in places.items() if p and p.in_collective]
+    elsewhere = [r for r, p in places.items() if p and not p.in_collective]
+    if waiting and elsewhere:
+        names = ", ".join(str(r) for r in elsewhere)
+        text += f" The waiting ranks were most likely held up by rank {names}."
+    return text
+
+
+def _display_file(path: str) -> str:
+    """A notebook cell's code file as IPython names it ("Cell In[3]"), else the path."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    number = getattr(getattr(shell, "compile", None), "_filename_map", {}).get(path)
+    return f"Cell In[{number}]" if number is not None else path
