@@ -61,6 +61,8 @@ def detect_topology() -> Topology:
     4. otherwise a single process.
     """
     context = current_context()
+    dist = sys.modules.get("torch.distributed")
+    group_exists = dist is not None and dist.is_available() and dist.is_initialized()
     if context is not None:
         return Topology(
             context.rank,
@@ -68,10 +70,10 @@ def detect_topology() -> Topology:
             context.world_size,
             context.local_world_size,
             launched=True,
+            group_exists=group_exists,  # the function may have created the group itself
             source="notebook_launcher",
         )
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
+    if group_exists:
         return _from_ranks(dist.get_rank(), dist.get_world_size(), "existing process group", True)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return _from_ranks(_env_int("RANK"), _env_int("WORLD_SIZE"), "torchrun environment")
