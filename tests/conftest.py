@@ -6,25 +6,7 @@ import time
 
 import psutil
 import pytest
-
-
-def leftover_children() -> list[psutil.Process]:
-    """Live descendants of this process, ignoring multiprocessing's resource tracker.
-
-    The resource tracker is a single helper Python starts on the first spawn and keeps for the
-    life of the interpreter; it is not a worker.
-    """
-    found = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if "resource_tracker" in " ".join(child.cmdline()):
-                continue
-        except psutil.Error:
-            continue
-        found.append(child)
-    return found
+from processtree import live_descendants
 
 
 def listening_ports() -> set[int]:
@@ -41,9 +23,9 @@ def no_leaks():
     ports_before = listening_ports()
     yield
     deadline = time.monotonic() + 2.0
-    while leftover_children() and time.monotonic() < deadline:
+    while live_descendants() and time.monotonic() < deadline:
         time.sleep(0.05)
-    left = leftover_children()
+    left = live_descendants()
     for proc in left:
         proc.kill()
     assert not left, f"processes left behind: {[(p.pid, p.cmdline()) for p in left]}"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import psutil
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.manager import KernelManager
+from processtree import live_descendants
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 KERNEL_READY_TIMEOUT = 60.0
@@ -79,7 +80,7 @@ class Kernel:
         self.watched += pids
 
     def workers(self) -> list[psutil.Process]:
-        return worker_processes(self.pid)
+        return live_descendants(self.pid)
 
     def close(self) -> list[str]:
         """Shut the kernel down; return a description of every process it left running.
@@ -114,25 +115,6 @@ def _describe(proc: psutil.Process) -> str:
         return f"pid {proc.pid} {' '.join(proc.cmdline())}"
     except psutil.Error:
         return f"pid {proc.pid}"
-
-
-def worker_processes(pid: int) -> list[psutil.Process]:
-    """Live descendants of the kernel ``pid``, ignoring multiprocessing's resource tracker."""
-    try:
-        children = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return []
-    found = []
-    for child in children:
-        try:
-            if child.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if "resource_tracker" in " ".join(child.cmdline()):
-                continue
-        except psutil.Error:
-            continue
-        found.append(child)
-    return found
 
 
 def alive(pids: list[int]) -> list[int]:
