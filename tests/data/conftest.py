@@ -1,0 +1,16 @@
+"""Every data test starts and ends with no shared state (GradientState, PartialState)."""
+
+from __future__ import annotations
+
+import pytest
+
+from notebook_launcher.state import reset_state
+
+
+@pytest.fixture(autouse=True)
+def fresh_state(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    reset_state()
+    yield
+    reset_state()
