@@ -1,0 +1,412 @@
+"""Collectives on nested structures of tensors: gather, broadcast, reduce, pad, objects, barrier.
+
+Every operation works unlaunched (one process: no communication at all), across the ranks of a
+``notebook_launcher`` job, and under torchrun. Costs over raw ``torch.distributed``: a tensor is
+sent as it is (no copy unless it is not contiguous, no ``torch.cat`` after a gather), and the
+small tensors of a nested structure travel together, one collective per dtype instead of one per
+tensor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..state.partial import PartialState
+from ..utils.tree import leaves, refill
+from ..utils.validation import check_bool, check_choice, check_int, invalid
+from .comm import Communicator, current
+from .debug import describe, describe_ndims, verify
+
+# Tensors up to this size are packed with the others of their dtype and device into one message.
+SMALL_BYTES = 64 * 1024
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def _is_tensor(x: Any) -> bool:
+    return isinstance(x, torch.Tensor)
+
+
+def _tensors(data: Any, operation: str) -> list[torch.Tensor]:
+    """The tensors of ``data`` in order; any other leaf is a TypeError naming it."""
+    if isinstance(data, torch.Tensor):
+        return [data]
+
+    def reject(x: Any) -> None:
+        raise TypeError(
+            f"tensor contains {x!r} ({type(x).__name__}), which is not valid: {operation}() "
+            "accepts a tensor or nested lists, tuples and dicts of tensors"
+        )
+
+    return leaves(data, _is_tensor, reject)
+
+
+def _put_back(data: Any, results: list[Any]) -> Any:
+    return results[0] if isinstance(data, torch.Tensor) else refill(data, results, _is_tensor)
+
+
+def _plan(tensors: list[torch.Tensor]) -> tuple[list[int], list[list[int]]]:
+    """Indices of the tensors sent alone, and groups of small ones of one dtype/device sent packed.
+
+    Every process computes the same plan from the same shapes, so the collectives line up.
+    """
+    alone: list[int] = []
+    small: dict[tuple[torch.dtype, torch.device], list[int]] = {}
+    for i, t in enumerate(tensors):
+        if t.numel() * t.element_size() <= SMALL_BYTES:
+            small.setdefault((t.dtype, t.device), []).append(i)
+        else:
+            alone.append(i)
+    packs = [group for group in small.values() if len(group) > 1]
+    alone += [group[0] for group in small.values() if len(group) == 1]
+    return alone, packs
+
+
+def _pack(tensors: list[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([t.reshape(-1) for t in tensors])
+
+
+def _unpack(flat: torch.Tensor, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Views of ``flat`` shaped like ``tensors``, one after the other."""
+    out, start = [], 0
+    for t in tensors:
+        n = t.numel()
+        out.append(flat[start : start + n].view(t.shape))
+        start += n
+    return out
+
+
+# -- gather ----------------------------------------------------------------------------------------
+
+
+def _gather_alone(comm: Communicator, t: torch.Tensor) -> torch.Tensor:
+    rows = t.contiguous().reshape(1) if t.ndim == 0 else t.contiguous()
+    out = rows.new_empty((comm.world_size * rows.shape[0], *rows.shape[1:]))
+    comm.all_gather_into(out, rows)
+    return out
+
+
+def _gather_packed(comm: Communicator, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    flat = _pack(tensors)
+    out = flat.new_empty(comm.world_size * flat.numel())
+    comm.all_gather_into(out, flat)
+    table = out.view(comm.world_size, -1)
+    results, start = [], 0
+    for t in tensors:
+        n = t.numel()
+        rows = (comm.world_size * t.shape[0], *t.shape[1:]) if t.ndim else (comm.world_size,)
+        results.append(table[:, start : start + n].reshape(rows))
+        start += n
+    return results
+
+
+def gather(tensor: Any) -> Any:
+    """Gather tensors from every process, concatenated along the first dimension.
+
+    Args:
+        tensor: a tensor or nested lists, tuples and dicts of tensors; every process must pass
+            the same structure, shapes and dtypes (pad ragged tensors first with
+            :func:`pad_across_processes`).
+
+    Returns:
+        The same structure; each tensor holds every process's rows in rank order (a 0-d tensor
+        becomes one row per process). In a single process ``tensor`` itself.
+
+    Raises:
+        TypeError: a leaf that is not a tensor.
+        DistributedOperationException: in debug mode, the processes' inputs differ.
+
+    Example:
+        >>> predictions = gather(logits.argmax(-1))  # on every process: all processes' rows
+    """
+    comm = current()
+    tensors = _tensors(tensor, "gather")
+    if comm.world_size == 1 or not tensors:
+        return tensor
+    if comm.debug:
+        verify(
+            comm,
+            f"gather(tensor={describe(tensor)})",
+            hint="To gather tensors whose sizes differ, pad them first: "
+            "gather(pad_across_processes(tensor)).",
+        )
+    results: list[Any] = [None] * len(tensors)
+    alone, packs = _plan(tensors)
+    for i in alone:
+        results[i] = _gather_alone(comm, tensors[i])
+    for group in packs:
+        for i, r in zip(group, _gather_packed(comm, [tensors[i] for i in group]), strict=True):
+            results[i] = r
+    return _put_back(tensor, results)
+
+
+def gather_object(object: Any) -> list[Any]:
+    """Gather a picklable object from every process.
+
+    Args:
+        object: a list or tuple (concatenated across processes, as Accelerate does) or any other
+            picklable object (collected, one item per process).
+
+    Returns:
+        A list, the same on every process, in rank order.
+
+    Example:
+        >>> gather_object([f"rank {state.process_index}"])
+        ['rank 0', 'rank 1']
+
+    Note:
+        Accelerate iterates over each process's object, so a dict gives its keys and a number
+        fails; here any object other than a list or tuple gives one item per process. The result
+        is always a list, in a single process too.
+    """
+    comm = current()
+    seen = [object] if comm.world_size == 1 else comm.all_gather_object(object)
+    if isinstance(object, (list, tuple)):
+        return [item for part in seen for item in part]
+    return seen
+
+
+# -- broadcast -------------------------------------------------------------------------------------
+
+
+def _check_source(comm: Communicator, from_process: Any) -> int:
+    check_int("from_process", from_process, 0)
+    if comm.world_size > 1 and from_process >= comm.world_size:
+        raise invalid(
+            "from_process", from_process, f"processes are numbered 0 to {comm.world_size - 1}"
+        )
+    return from_process
+
+
+def _broadcast_alone(comm: Communicator, t: torch.Tensor, src: int) -> None:
+    if t.is_contiguous():
+        comm.broadcast(t, src)
+        return
+    buffer = t.contiguous()
+    comm.broadcast(buffer, src)
+    if comm.rank != src:
+        with torch.no_grad():
+            t.copy_(buffer)
+
+
+def _broadcast_packed(comm: Communicator, tensors: list[torch.Tensor], src: int) -> None:
+    flat = _pack(tensors)
+    comm.broadcast(flat, src)
+    if comm.rank != src:
+        with torch.no_grad():
+            for t, part in zip(tensors, _unpack(flat, tensors), strict=True):
+                t.copy_(part)
+
+
+def broadcast(tensor: Any, from_process: int = 0) -> Any:
+    """Copy process ``from_process``'s tensors into every other process's tensors, in place.
+
+    Args:
+        tensor: a tensor or nested lists, tuples and dicts of tensors, of the same structure,
+            shapes and dtypes on every process.
+        from_process: the index of the process whose values are sent.
+
+    Returns:
+        ``tensor``, whose tensors now hold ``from_process``'s values.
+
+    Raises:
+        TypeError, ValueError: a leaf that is not a tensor, or a bad ``from_process``.
+        DistributedOperationException: in debug mode, the processes' inputs differ.
+
+    Example:
+        >>> weights = broadcast(torch.randn(10), from_process=0)  # the same on every process
+    """
+    comm = current()
+    src = _check_source(comm, from_process)
+    tensors = _tensors(tensor, "broadcast")
+    if comm.world_size == 1 or not tensors:
+        return tensor
+    if comm.debug:
+        verify(comm, f"broadcast(tensor={describe(tensor)}, from_process={src})")
+    alone, packs = _plan(tensors)
+    for i in alone:
+        _broadcast_alone(comm, tensors[i], src)
+    for group in packs:
+        _broadcast_packed(comm, [tensors[i] for i in group], src)
+    return tensor
+
+
+def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list[Any]:
+    """Replace the items of ``object_list`` with process ``from_process``'s, in place.
+
+    Args:
+        object_list: a list of picklable objects, of the same length on every process.
+        from_process: the index of the process whose objects are sent.
+
+    Returns:
+        ``object_list`` itself.
+
+    Example:
+        >>> config = broadcast_object_list([load_config() if state.is_main_process else None])[0]
+    """
+    comm = current()
+    src = _check_source(comm, from_process)
+    if not isinstance(object_list, list):
+        raise invalid("object_list", object_list, "expected a list (filled in place)", TypeError)
+    if comm.world_size == 1:
+        return object_list
+    if comm.debug:
+        verify(comm, f"broadcast_object_list(<list of {len(object_list)}>, from_process={src})")
+    comm.broadcast_object_list(object_list, src)
+    return object_list
+
+
+# -- reduce ----------------------------------------------------------------------------------------
+
+
+def _working_copy(t: torch.Tensor, summing: bool) -> torch.Tensor:
+    """A contiguous copy to reduce into; booleans are counted, as int64."""
+    if summing and t.dtype is torch.bool:
+        return t.detach().to(torch.int64, memory_format=torch.contiguous_format)
+    return t.detach().clone(memory_format=torch.contiguous_format)
+
+
+def _finish(x: torch.Tensor, divisor: int | None, scale: float) -> torch.Tensor:
+    exact = x.is_floating_point() or x.is_complex()
+    if divisor is not None:
+        x = x.div_(divisor) if exact else x / divisor
+        exact = True
+    if scale != 1:
+        x = x.mul_(scale) if exact else x * scale
+    return x
+
+
+def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
+    """Sum or average tensors over all processes.
+
+    Args:
+        tensor: a tensor or nested lists, tuples and dicts of tensors, of the same structure,
+            shapes and dtypes on every process.
+        reduction: "mean" (sum divided by the number of processes), "sum", or "none" (no
+            communication: each process keeps its own values).
+        scale: a factor applied to the result.
+
+    Returns:
+        The same structure of new tensors (the inputs are not modified), the same on every
+        process for "mean" and "sum".
+
+    Raises:
+        TypeError, ValueError: a leaf that is not a tensor, a bad ``reduction`` or ``scale``.
+        DistributedOperationException: in debug mode, the processes' inputs differ.
+
+    Example:
+        >>> mean_loss = reduce(loss.detach())
+        >>> correct = reduce(hits, reduction="sum")
+
+    Note:
+        Differences from Accelerate: "none" does nothing across processes (Accelerate sums);
+        "mean" of an integer or bool tensor gives a floating-point tensor (Accelerate fails);
+        bool tensors are summed as int64 counts; ``scale`` applies on every device (Accelerate
+        uses it on XLA only); results are detached from autograd.
+    """
+    reduction = check_choice("reduction", reduction, REDUCTIONS)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise invalid("scale", scale, "expected a number", TypeError)
+    comm = current()
+    tensors = _tensors(tensor, "reduce")
+    summing = reduction != "none"
+    divisor = comm.world_size if reduction == "mean" else None
+    if comm.world_size == 1 or not summing:
+        results = [_finish(_working_copy(t, summing), divisor, scale) for t in tensors]
+        return _put_back(tensor, results)
+    if comm.debug:
+        verify(comm, f"reduce(tensor={describe(tensor)}, reduction={reduction!r})")
+    results = [None] * len(tensors)
+    alone, packs = _plan(tensors)
+    for i in alone:
+        work = _working_copy(tensors[i], summing)
+        comm.all_reduce_sum(work)
+        results[i] = _finish(work, divisor, scale)
+    for group in packs:
+        members = [tensors[i] for i in group]
+        flat = _pack(members)
+        flat = flat.to(torch.int64) if flat.dtype is torch.bool else flat
+        comm.all_reduce_sum(flat)
+        flat = _finish(flat, divisor, scale)
+        for i, r in zip(group, _unpack(flat, members), strict=True):
+            results[i] = r
+    return _put_back(tensor, results)
+
+
+# -- padding ---------------------------------------------------------------------------------------
+
+
+def _size_along(t: torch.Tensor, dim: int) -> int:
+    """The size of ``t`` along ``dim``, -1 where ``dim`` does not exist (left unpadded)."""
+    if getattr(t, "is_nested", False) or not -t.ndim <= dim < t.ndim:
+        return -1
+    return t.shape[dim]
+
+
+def _padded(t: torch.Tensor, dim: int, size: int, pad_index: Any, pad_first: bool) -> torch.Tensor:
+    dim = dim % t.ndim
+    shape = list(t.shape)
+    old, shape[dim] = shape[dim], size
+    out = t.new_full(shape, pad_index)
+    start = size - old if pad_first else 0
+    out.narrow(dim, start, old).copy_(t)
+    return out
+
+
+def pad_across_processes(
+    tensor: Any, dim: int = 0, pad_index: Any = 0, pad_first: bool = False
+) -> Any:
+    """Pad tensors along ``dim`` to the largest size any process has, so they can be gathered.
+
+    Args:
+        tensor: a tensor or nested lists, tuples and dicts of tensors, of the same structure and
+            numbers of dimensions on every process.
+        dim: the dimension to pad (negative counts from the end). Tensors without that
+            dimension (0-d ones, for example) are returned as they are.
+        pad_index: the value of the padding.
+        pad_first: pad at the start instead of the end.
+
+    Returns:
+        The same structure; tensors already of the largest size are returned as they are, the
+        others as new padded tensors. In a single process ``tensor`` itself.
+
+    Example:
+        >>> padded = pad_across_processes(predictions, dim=1, pad_index=-100)
+        >>> all_predictions = gather(padded)
+
+    Note:
+        The sizes of all the tensors of a structure are exchanged in one collective
+        (Accelerate makes one per tensor).
+    """
+    check_int("dim", dim)
+    if isinstance(pad_index, bool) or not isinstance(pad_index, (int, float)):
+        raise invalid("pad_index", pad_index, "expected a number", TypeError)
+    check_bool("pad_first", pad_first)
+    comm = current()
+    tensors = _tensors(tensor, "pad_across_processes")
+    if comm.world_size == 1 or not tensors:
+        return tensor
+    if comm.debug:
+        call = f"pad_across_processes(tensor={describe(tensor)}, dim={dim})"
+        verify(comm, call, key=(describe_ndims(tensor), dim))
+    mine = torch.tensor([_size_along(t, dim) for t in tensors], device=comm.control_device)
+    every = mine.new_empty(comm.world_size * len(tensors))
+    comm.all_gather_into(every, mine)
+    largest = every.view(comm.world_size, -1).amax(0).tolist()
+    results = [
+        t if size == -1 or size == t.shape[dim] else _padded(t, dim, size, pad_index, pad_first)
+        for t, size in zip(tensors, largest, strict=True)
+    ]
+    return _put_back(tensor, results)
+
+
+def wait_for_everyone() -> None:
+    """Block until every process reaches this call (nothing to wait for in a single process).
+
+    Example:
+        >>> if state.is_main_process:
+        ...     prepare_files()
+        >>> wait_for_everyone()  # the others wait for the files
+    """
+    PartialState().wait_for_everyone()
