@@ -17,7 +17,7 @@ from ..state.partial import PartialState
 from ..utils.tree import leaves, refill
 from ..utils.validation import check_bool, check_choice, check_int, invalid
 from .comm import Communicator, current
-from .debug import describe, describe_ndims, verify
+from .debug import brief, describe, describe_ndims, verify
 
 # Tensors up to this size are packed with the others of their dtype and device into one message.
 SMALL_BYTES = 64 * 1024
@@ -248,7 +248,9 @@ def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list
     comm = current()
     src = _check_source(comm, from_process)
     if not isinstance(object_list, list):
-        raise invalid("object_list", object_list, "expected a list (filled in place)", TypeError)
+        raise invalid(
+            "object_list", brief(object_list), "expected a list (filled in place)", TypeError
+        )
     if comm.world_size == 1:
         return object_list
     if comm.debug:

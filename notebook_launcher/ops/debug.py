@@ -33,6 +33,12 @@ class _Shown(str):
         return str(self)
 
 
+def brief(value: Any, limit: int = 60) -> _Shown:
+    """``repr(value)`` on one line and cut to ``limit`` characters, for error messages."""
+    text = " ".join(repr(value).split())
+    return _Shown(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
 def _is_tensor(x: Any) -> bool:
     return isinstance(x, torch.Tensor)
 

@@ -12,9 +12,9 @@ import torch
 from torch import nn
 
 from ..utils.validation import check_bool, invalid
+from .debug import brief
 
 _PARALLEL = (nn.parallel.DistributedDataParallel, nn.DataParallel)
-_QUANTIZED_PREFIXES = ("torch.uint8", "torch.int8", "torch.float8")
 
 
 def _compiled_type() -> type | None:
@@ -78,7 +78,7 @@ def extract_model_from_parallel(
         compiled. With ``recursive=True`` the wrapped submodules are replaced inside ``model``.
     """
     if not isinstance(model, nn.Module):
-        raise invalid("model", model, "expected a torch.nn.Module", TypeError)
+        raise invalid("model", brief(model), "expected a torch.nn.Module", TypeError)
     check_bool("keep_fp32_wrapper", keep_fp32_wrapper)
     check_bool("keep_torch_compile", keep_torch_compile)
     check_bool("recursive", recursive)
@@ -125,9 +125,13 @@ def get_max_layer_size(
     if not isinstance(modules, (list, tuple)) or not all(
         isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], nn.Module) for p in modules
     ):
-        raise invalid("modules", modules, "expected a list of (name, module) pairs", TypeError)
+        raise invalid(
+            "modules", brief(modules), "expected a list of (name, module) pairs", TypeError
+        )
     if not isinstance(module_sizes, Mapping):
-        raise invalid("module_sizes", module_sizes, "expected a dict of sizes by name", TypeError)
+        raise invalid(
+            "module_sizes", brief(module_sizes), "expected a dict of sizes by name", TypeError
+        )
     if isinstance(no_split_module_classes, str) or not isinstance(
         no_split_module_classes, Iterable
     ):
@@ -147,9 +151,7 @@ def get_max_layer_size(
             stack += [(f"{name}.{n}" if name else n, c) for n, c in reversed(children)]
             continue
         if name not in module_sizes:
-            raise invalid(
-                "module_sizes", f"<{len(module_sizes)} sizes>", f"it has no size for {name!r}"
-            )
+            raise invalid("module_sizes", brief(module_sizes), f"it has no size for {name!r}")
         size = module_sizes[name]
         if size > largest:
             largest, names = size, [name]
@@ -178,7 +180,7 @@ def compute_module_sizes(
     Args:
         model: the model.
         dtype: measure as if floating-point tensors were cast to this type (never larger than
-            they are; 8-bit tensors keep their size).
+            they are); integer and bool tensors keep their size.
         special_dtypes: per tensor name, a dtype that overrides ``dtype`` for that tensor.
         buffers_only: count the buffers alone.
 
@@ -194,10 +196,10 @@ def compute_module_sizes(
         1/8).
     """
     if not isinstance(model, nn.Module):
-        raise invalid("model", model, "expected a torch.nn.Module", TypeError)
+        raise invalid("model", brief(model), "expected a torch.nn.Module", TypeError)
     target = None if dtype is None else _as_dtype("dtype", dtype)
     if special_dtypes is not None and not isinstance(special_dtypes, Mapping):
-        raise invalid("special_dtypes", special_dtypes, "expected a dict or None", TypeError)
+        raise invalid("special_dtypes", brief(special_dtypes), "expected a dict or None", TypeError)
     special = {k: _as_dtype(f"special_dtypes[{k!r}]", v) for k, v in (special_dtypes or {}).items()}
     check_bool("buffers_only", buffers_only)
     tensors = chain(() if buffers_only else model.named_parameters(), model.named_buffers())
@@ -205,8 +207,8 @@ def compute_module_sizes(
     for name, tensor in tensors:
         if name in special:
             width = special[name].itemsize
-        elif target is None or str(tensor.dtype).startswith(_QUANTIZED_PREFIXES):
-            width = tensor.dtype.itemsize
+        elif target is None or not (tensor.is_floating_point() or tensor.is_complex()):
+            width = tensor.dtype.itemsize  # integer and bool tensors are never cast
         else:
             width = min(target.itemsize, tensor.dtype.itemsize)
         size = tensor.numel() * width

@@ -12,7 +12,7 @@ from ..state.enums import RNGType
 from ..state.partial import PartialState
 from ..utils.validation import check_bool, check_int, invalid
 from .comm import current
-from .debug import verify
+from .debug import brief, verify
 
 MAX_SEED = 2**32 - 1  # numpy's limit, so one seed serves every library
 _SUPPORTED = (RNGType.TORCH, RNGType.CUDA, RNGType.XPU, RNGType.GENERATOR)
@@ -103,7 +103,7 @@ def synchronize_rng_states(rng_types: Iterable[str | RNGType], generator: Any = 
         CUDA, XPU and ``torch.Generator`` kinds are supported.
     """
     if isinstance(rng_types, (str, RNGType)) or not isinstance(rng_types, Iterable):
-        raise invalid("rng_types", rng_types, "expected a list of RNG types", TypeError)
+        raise invalid("rng_types", brief(rng_types), "expected a list of RNG types", TypeError)
     kinds = [_rng_type(value, generator) for value in rng_types]
     accessors = [_accessors(kind, generator) for kind in kinds]
     comm = current()

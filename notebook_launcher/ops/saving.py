@@ -11,6 +11,7 @@ import torch
 
 from ..state.partial import PartialState
 from ..utils.validation import check_bool, invalid
+from .debug import brief
 
 OFFLOAD_INDEX = "index.json"
 # dtypes stored as raw arrays under NumPy's name (bfloat16 goes as its int16 bits, as Accelerate).
@@ -39,8 +40,9 @@ def _check_state_dict(state_dict: Any) -> Mapping[str, torch.Tensor]:
     if not isinstance(state_dict, Mapping) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state_dict.items()
     ):
-        shown = state_dict if not isinstance(state_dict, Mapping) else f"<{len(state_dict)} items>"
-        raise invalid("state_dict", shown, "expected a dict of str names to tensors", TypeError)
+        raise invalid(
+            "state_dict", brief(state_dict), "expected a dict of str names to tensors", TypeError
+        )
     return state_dict
 
 
@@ -136,7 +138,7 @@ def save(
             ) from None
         _check_state_dict(obj)
     elif not isinstance(f, (str, os.PathLike)) and not hasattr(f, "write"):
-        raise invalid("f", f, "expected a path or a writable file object", TypeError)
+        raise invalid("f", brief(f), "expected a path or a writable file object", TypeError)
     state = PartialState()
     if not (state.is_local_main_process if save_on_each_node else state.is_main_process):
         return

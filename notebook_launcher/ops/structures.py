@@ -10,6 +10,7 @@ import torch
 
 from ..utils.tree import map_structure, rebuild
 from ..utils.validation import invalid
+from .debug import brief
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -50,7 +51,7 @@ def honor_type(obj: Any, generator: Any) -> Any:
     if not isinstance(obj, (list, tuple, Mapping)):
         raise invalid(
             "obj",
-            obj,
+            brief(obj),
             "expected a list, tuple, namedtuple or mapping to take the type of",
             TypeError,
         )
@@ -178,7 +179,7 @@ def concatenate(data: list[Any], dim: int = 0) -> Any:
         {'a': tensor([1., 1., 0.])}
     """
     if not isinstance(data, (list, tuple)) or not data:
-        raise invalid("data", data, "expected a non-empty list of nested structures", TypeError)
+        raise invalid("data", brief(data), "expected a non-empty list of structures", TypeError)
     if isinstance(dim, bool) or not isinstance(dim, int):
         raise invalid("dim", dim, "expected an int", TypeError)
     first = data[0]
@@ -188,7 +189,7 @@ def concatenate(data: list[Any], dim: int = 0) -> Any:
         return rebuild(first, {k: concatenate([d[k] for d in data], dim) for k in first})
     if not isinstance(first, torch.Tensor):
         raise invalid(
-            "data", first, "can only concatenate tensors (in nested containers)", TypeError
+            "data", brief(first), "can only concatenate tensors (in nested containers)", TypeError
         )
     return torch.cat(data, dim=dim)
 
@@ -206,12 +207,12 @@ def find_batch_size(data: Any) -> int:
     """
     while isinstance(data, (list, tuple, Mapping)):
         if len(data) == 0:
-            raise invalid("data", data, "cannot find a batch size in an empty container")
+            raise invalid("data", brief(data), "cannot find a batch size in an empty container")
         data = next(iter(data.values())) if isinstance(data, Mapping) else data[0]
     if not isinstance(data, torch.Tensor):
-        raise invalid("data", data, "can only find the batch size of tensors", TypeError)
+        raise invalid("data", brief(data), "can only find the batch size of tensors", TypeError)
     if data.ndim == 0:
-        raise invalid("data", data, "a 0-d tensor has no batch dimension")
+        raise invalid("data", brief(data), "a 0-d tensor has no batch dimension")
     return data.shape[0]
 
 
