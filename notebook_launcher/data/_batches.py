@@ -29,12 +29,26 @@ class TensorSpec:
 
 
 def send_to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
-    """``batch`` with every tensor moved to ``device``; other values are kept."""
-    return map_structure(
-        lambda t: t.to(device, non_blocking=non_blocking),
-        batch,
-        lambda x: isinstance(x, torch.Tensor),
-    )
+    """``batch`` with every tensor moved to ``device``; other values are kept.
+
+    Plain lists, tuples and dicts are rebuilt directly (this runs once per batch); other
+    containers keep their type through :func:`~notebook_launcher.utils.tree.rebuild`.
+    """
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True) if non_blocking else batch.to(device)
+    kind = type(batch)
+    if kind is list or kind is tuple:
+        moved = [send_to_device(item, device, non_blocking) for item in batch]
+        return moved if kind is list else tuple(moved)
+    if kind is dict:
+        return {k: send_to_device(v, device, non_blocking) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return rebuild(batch, [send_to_device(item, device, non_blocking) for item in batch])
+    if isinstance(batch, Mapping):
+        return rebuild(
+            batch, {k: send_to_device(v, device, non_blocking) for k, v in batch.items()}
+        )
+    return batch
 
 
 def _is_samples(value: Any, size: int | None) -> bool:

@@ -105,18 +105,24 @@ class IterableDatasetShard(IterableDataset):
         if not hasattr(self.dataset, "set_epoch") and isinstance(generator, torch.Generator):
             # Same shuffle on every process: the epoch is the seed.
             generator.manual_seed(self.epoch)
+        # One global batch is read at a time; its samples are handed out without Python code
+        # running per sample.
+        return itertools.chain.from_iterable(self._pieces())
+
+    def _pieces(self) -> Iterator[list[Any]]:
+        """This process's piece of each global batch."""
         size, local = self.global_batch_size, self.local_batch_size
         low = self.process_index * local
+        samples = iter(self.dataset)
         head: list[Any] | None = None
-        current: list[Any] = []
-        for sample in self.dataset:
-            current.append(sample)
-            if len(current) == size:
-                yield from current[low : low + local]
-                if head is None:
-                    head = current
-                current = []
+        while True:
+            current = [*itertools.islice(samples, size)]
+            if len(current) < size:
+                break
+            if head is None:
+                head = current
+            yield current[low : low + local]
         if current and not self.drop_last:
             fill = itertools.cycle(head if head is not None else list(current))
-            current.extend(next(fill) for _ in range(size - len(current)))
-            yield from current[low : low + local]
+            current += [next(fill) for _ in range(size - len(current))]
+            yield current[low : low + local]

@@ -23,6 +23,7 @@ DATALOADER_DEFAULTS = {
     for name, parameter in inspect.signature(DataLoader.__init__).parameters.items()
     if name not in ("self", "dataset")
 }
+_END = object()  # marks an exhausted iterator
 # Settled by the (new) batch sampler, so never copied from the original loader.
 _SAMPLING_KWARGS = ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
 
@@ -241,32 +242,29 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
         self.begin()
         try:
             self.set_epoch(self.iteration)
-            yield from self._batches()
+            source = super().__iter__()
+            # Skipped batches are read (a shard of an iterable dataset cannot jump) but not moved.
+            current = next(source, _END)
+            for _ in range(self.skip_batches):
+                current = next(source, _END) if current is not _END else _END
+            if current is _END:
+                self.iteration += 1
+                return
+            device, non_blocking = self.device, self._non_blocking
+            if device is None:
+                for upcoming in source:
+                    yield current
+                    current = upcoming
+            else:
+                current = send_to_device(current, device, non_blocking)
+                for upcoming in source:
+                    yield current
+                    current = send_to_device(upcoming, device, non_blocking)
+            self.end_of_dataloader = True
+            yield current
             self.iteration += 1
         finally:
             self.end()
-
-    def _batches(self) -> Iterator[Any]:
-        """The batches, one ahead, on the device, with the end of the epoch flagged."""
-        source = super().__iter__()
-        device, skip = self.device, self.skip_batches
-        try:
-            current = next(source)
-        except StopIteration:
-            return
-        if device is not None:
-            current = send_to_device(current, device, self._non_blocking)
-        index = 0
-        for upcoming in source:
-            if index >= skip:
-                yield current
-            index += 1
-            current = upcoming
-            if device is not None:
-                current = send_to_device(current, device, self._non_blocking)
-        self.end_of_dataloader = True
-        if index >= skip:
-            yield current
 
     def _synchronize(self) -> None:
         if not self.rng_types:

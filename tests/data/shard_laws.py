@@ -39,14 +39,18 @@ class Varying:
         return len(self.batches)
 
 
-def batch_sampler(length, batch_size, drop_last):
-    return BatchSampler(SequentialSampler(range(length)), batch_size, drop_last)
+class Custom(BatchSampler):
+    """A BatchSampler subclass: the shard reads it batch by batch (its general path)."""
 
 
-def sampler_shards(length, batch_size, n, split, drop_last, even):
+def batch_sampler(length, batch_size, drop_last, kind=BatchSampler):
+    return kind(SequentialSampler(range(length)), batch_size, drop_last)
+
+
+def sampler_shards(length, batch_size, n, split, drop_last, even, kind=BatchSampler):
     """Every process's list of batches (and each shard's len()) for one configuration."""
     shards = [
-        BatchSamplerShard(batch_sampler(length, batch_size, drop_last), n, p, split, even)
+        BatchSamplerShard(batch_sampler(length, batch_size, drop_last, kind), n, p, split, even)
         for p in range(n)
     ]
     return [list(s) for s in shards], [len(s) for s in shards]
@@ -78,6 +82,8 @@ def expected_order(length, total, drop_last, pad):
 
 def check_sampler_laws(length, batch_size, n, split, drop_last, even):
     shards, lengths = sampler_shards(length, batch_size, n, split, drop_last, even)
+    general = sampler_shards(length, batch_size, n, split, drop_last, even, Custom)
+    assert general == (shards, lengths)  # both paths give the same batches and lengths
     assert lengths == [len(s) for s in shards]  # len() is exact on every process
     total = batch_size if split else batch_size * n
     assert interleave(shards) == expected_order(length, total, drop_last, even)
