@@ -51,6 +51,8 @@ def _plan(tensors: list[torch.Tensor]) -> tuple[list[int], list[list[int]]]:
 
     Every process computes the same plan from the same shapes, so the collectives line up.
     """
+    if len(tensors) == 1:
+        return [0], []
     alone: list[int] = []
     small: dict[tuple[torch.dtype, torch.device], list[int]] = {}
     for i, t in enumerate(tensors):
@@ -64,17 +66,15 @@ def _plan(tensors: list[torch.Tensor]) -> tuple[list[int], list[list[int]]]:
 
 
 def _pack(tensors: list[torch.Tensor]) -> torch.Tensor:
-    return torch.cat([t.reshape(-1) for t in tensors])
+    return torch.cat([t if t.ndim == 1 else t.reshape(-1) for t in tensors])
 
 
 def _unpack(flat: torch.Tensor, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """Views of ``flat`` shaped like ``tensors``, one after the other."""
-    out, start = [], 0
-    for t in tensors:
-        n = t.numel()
-        out.append(flat[start : start + n].view(t.shape))
-        start += n
-    return out
+    parts = torch.split(flat, [t.numel() for t in tensors])
+    return [
+        part if t.ndim == 1 else part.view(t.shape) for part, t in zip(parts, tensors, strict=True)
+    ]
 
 
 # -- gather ----------------------------------------------------------------------------------------
@@ -92,13 +92,13 @@ def _gather_packed(comm: Communicator, tensors: list[torch.Tensor]) -> list[torc
     out = flat.new_empty(comm.world_size * flat.numel())
     comm.all_gather_into(out, flat)
     table = out.view(comm.world_size, -1)
-    results, start = [], 0
-    for t in tensors:
-        n = t.numel()
-        rows = (comm.world_size * t.shape[0], *t.shape[1:]) if t.ndim else (comm.world_size,)
-        results.append(table[:, start : start + n].reshape(rows))
-        start += n
-    return results
+    world = comm.world_size
+    parts = torch.split(table, [t.numel() for t in tensors], dim=1)
+    # Each part holds one tensor's rows from every rank: (world, numel) -> rank after rank.
+    return [
+        part.reshape((world * t.shape[0], *t.shape[1:]) if t.ndim else (world,))
+        for part, t in zip(parts, tensors, strict=True)
+    ]
 
 
 def gather(tensor: Any) -> Any:
@@ -264,13 +264,15 @@ def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list
 
 def _working_copy(t: torch.Tensor, summing: bool) -> torch.Tensor:
     """A contiguous copy to reduce into; booleans are counted, as int64."""
+    if t.requires_grad:
+        t = t.detach()
     if summing and t.dtype is torch.bool:
-        return t.detach().to(torch.int64, memory_format=torch.contiguous_format)
-    return t.detach().clone(memory_format=torch.contiguous_format)
+        return t.to(torch.int64, memory_format=torch.contiguous_format)
+    return t.clone(memory_format=torch.contiguous_format)
 
 
 def _finish(x: torch.Tensor, divisor: int | None, scale: float) -> torch.Tensor:
-    exact = x.is_floating_point() or x.is_complex()
+    exact = x.dtype.is_floating_point or x.dtype.is_complex
     if divisor is not None:
         x = x.div_(divisor) if exact else x / divisor
         exact = True
