@@ -1,5 +1,6 @@
 """Launch distributed PyTorch from a notebook cell, with the worker-side API of Accelerate."""
 
+from .data import prepare_data_loader, skip_first_batches
 from .kwargs import (
     AutocastKwargs,
     DDPCommunicationHookType,
@@ -83,11 +84,13 @@ __all__ = [
     "notebook_launcher",
     "offload_state_dict",
     "pad_across_processes",
+    "prepare_data_loader",
     "recursively_apply",
     "reduce",
     "save",
     "send_to_device",
     "set_seed",
+    "skip_first_batches",
     "synchronize_rng_state",
     "synchronize_rng_states",
     "wait_for_everyone",
