@@ -14,67 +14,12 @@ from typing import Any
 import torch
 
 from ..state.partial import PartialState
-from ..utils.tree import leaves, refill
 from ..utils.validation import check_bool, check_choice, check_int, invalid
 from .comm import Communicator, current
 from .debug import brief, describe, describe_ndims, verify
+from .packing import pack, plan, put_back, tensor_leaves, unpack
 
-# Tensors up to this size are packed with the others of their dtype and device into one message.
-SMALL_BYTES = 64 * 1024
 REDUCTIONS = ("mean", "sum", "none")
-
-
-def _is_tensor(x: Any) -> bool:
-    return isinstance(x, torch.Tensor)
-
-
-def _tensors(data: Any, operation: str) -> list[torch.Tensor]:
-    """The tensors of ``data`` in order; any other leaf is a TypeError naming it."""
-    if isinstance(data, torch.Tensor):
-        return [data]
-
-    def reject(x: Any) -> None:
-        raise TypeError(
-            f"tensor contains {x!r} ({type(x).__name__}), which is not valid: {operation}() "
-            "accepts a tensor or nested lists, tuples and dicts of tensors"
-        )
-
-    return leaves(data, _is_tensor, reject)
-
-
-def _put_back(data: Any, results: list[Any]) -> Any:
-    return results[0] if isinstance(data, torch.Tensor) else refill(data, results, _is_tensor)
-
-
-def _plan(tensors: list[torch.Tensor]) -> tuple[list[int], list[list[int]]]:
-    """Indices of the tensors sent alone, and groups of small ones of one dtype/device sent packed.
-
-    Every process computes the same plan from the same shapes, so the collectives line up.
-    """
-    if len(tensors) == 1:
-        return [0], []
-    alone: list[int] = []
-    small: dict[tuple[torch.dtype, torch.device], list[int]] = {}
-    for i, t in enumerate(tensors):
-        if t.numel() * t.element_size() <= SMALL_BYTES:
-            small.setdefault((t.dtype, t.device), []).append(i)
-        else:
-            alone.append(i)
-    packs = [group for group in small.values() if len(group) > 1]
-    alone += [group[0] for group in small.values() if len(group) == 1]
-    return alone, packs
-
-
-def _pack(tensors: list[torch.Tensor]) -> torch.Tensor:
-    return torch.cat([t if t.ndim == 1 else t.reshape(-1) for t in tensors])
-
-
-def _unpack(flat: torch.Tensor, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Views of ``flat`` shaped like ``tensors``, one after the other."""
-    parts = torch.split(flat, [t.numel() for t in tensors])
-    return [
-        part if t.ndim == 1 else part.view(t.shape) for part, t in zip(parts, tensors, strict=True)
-    ]
 
 
 # -- gather ----------------------------------------------------------------------------------------
@@ -88,7 +33,7 @@ def _gather_alone(comm: Communicator, t: torch.Tensor) -> torch.Tensor:
 
 
 def _gather_packed(comm: Communicator, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    flat = _pack(tensors)
+    flat = pack(tensors)
     out = flat.new_empty(comm.world_size * flat.numel())
     comm.all_gather_into(out, flat)
     table = out.view(comm.world_size, -1)
@@ -121,7 +66,7 @@ def gather(tensor: Any) -> Any:
         >>> predictions = gather(logits.argmax(-1))  # on every process: all processes' rows
     """
     comm = current()
-    tensors = _tensors(tensor, "gather")
+    tensors = tensor_leaves(tensor, "gather")
     if comm.world_size == 1 or not tensors:
         return tensor
     if comm.debug:
@@ -132,13 +77,13 @@ def gather(tensor: Any) -> Any:
             "gather(pad_across_processes(tensor)).",
         )
     results: list[Any] = [None] * len(tensors)
-    alone, packs = _plan(tensors)
+    alone, packs = plan(tensors)
     for i in alone:
         results[i] = _gather_alone(comm, tensors[i])
     for group in packs:
         for i, r in zip(group, _gather_packed(comm, [tensors[i] for i in group]), strict=True):
             results[i] = r
-    return _put_back(tensor, results)
+    return put_back(tensor, results)
 
 
 def gather_object(object: Any) -> list[Any]:
@@ -191,11 +136,11 @@ def _broadcast_alone(comm: Communicator, t: torch.Tensor, src: int) -> None:
 
 
 def _broadcast_packed(comm: Communicator, tensors: list[torch.Tensor], src: int) -> None:
-    flat = _pack(tensors)
+    flat = pack(tensors)
     comm.broadcast(flat, src)
     if comm.rank != src:
         with torch.no_grad():
-            for t, part in zip(tensors, _unpack(flat, tensors), strict=True):
+            for t, part in zip(tensors, unpack(flat, tensors), strict=True):
                 t.copy_(part)
 
 
@@ -219,12 +164,12 @@ def broadcast(tensor: Any, from_process: int = 0) -> Any:
     """
     comm = current()
     src = _check_source(comm, from_process)
-    tensors = _tensors(tensor, "broadcast")
+    tensors = tensor_leaves(tensor, "broadcast")
     if comm.world_size == 1 or not tensors:
         return tensor
     if comm.debug:
         verify(comm, f"broadcast(tensor={describe(tensor)}, from_process={src})")
-    alone, packs = _plan(tensors)
+    alone, packs = plan(tensors)
     for i in alone:
         _broadcast_alone(comm, tensors[i], src)
     for group in packs:
@@ -313,29 +258,29 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise invalid("scale", scale, "expected a number", TypeError)
     comm = current()
-    tensors = _tensors(tensor, "reduce")
+    tensors = tensor_leaves(tensor, "reduce")
     summing = reduction != "none"
     divisor = comm.world_size if reduction == "mean" else None
     if comm.world_size == 1 or not summing:
         results = [_finish(_working_copy(t, summing), divisor, scale) for t in tensors]
-        return _put_back(tensor, results)
+        return put_back(tensor, results)
     if comm.debug:
         verify(comm, f"reduce(tensor={describe(tensor)}, reduction={reduction!r})")
     results = [None] * len(tensors)
-    alone, packs = _plan(tensors)
+    alone, packs = plan(tensors)
     for i in alone:
         work = _working_copy(tensors[i], summing)
         comm.all_reduce_sum(work)
         results[i] = _finish(work, divisor, scale)
     for group in packs:
         members = [tensors[i] for i in group]
-        flat = _pack(members)
+        flat = pack(members)
         flat = flat.to(torch.int64) if flat.dtype is torch.bool else flat
         comm.all_reduce_sum(flat)
         flat = _finish(flat, divisor, scale)
-        for i, r in zip(group, _unpack(flat, members), strict=True):
+        for i, r in zip(group, unpack(flat, members), strict=True):
             results[i] = r
-    return _put_back(tensor, results)
+    return put_back(tensor, results)
 
 
 # -- padding ---------------------------------------------------------------------------------------
@@ -388,7 +333,7 @@ def pad_across_processes(
         raise invalid("pad_index", pad_index, "expected a number", TypeError)
     check_bool("pad_first", pad_first)
     comm = current()
-    tensors = _tensors(tensor, "pad_across_processes")
+    tensors = tensor_leaves(tensor, "pad_across_processes")
     if comm.world_size == 1 or not tensors:
         return tensor
     if comm.debug:
@@ -402,7 +347,7 @@ def pad_across_processes(
         t if size == -1 or size == t.shape[dim] else _padded(t, dim, size, pad_index, pad_first)
         for t, size in zip(tensors, largest, strict=True)
     ]
-    return _put_back(tensor, results)
+    return put_back(tensor, results)
 
 
 def wait_for_everyone() -> None:

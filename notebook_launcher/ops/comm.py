@@ -74,10 +74,6 @@ class Communicator:
         """Overwrite the items of ``objects`` with rank ``src``'s, in place."""
         self._dist.broadcast_object_list(objects, src)
 
-    def barrier(self) -> None:
-        """Wait for every rank (through the backend, which knows how its device does it)."""
-        self._backend.barrier(self.device)
-
 
 class XlaCommunicator(Communicator):
     """XLA jobs: not supported until the TPU launcher exists."""

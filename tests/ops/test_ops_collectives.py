@@ -29,6 +29,7 @@ def same_shaped(rank: int):
         "bf16": [base.bfloat16(), torch.tensor(rank + 0.5, dtype=torch.bfloat16)],
         "i64": Pair(torch.tensor([rank, rank + 1]), torch.tensor(7 * rank)),
         "bool": torch.tensor([rank % 2 == 0, True, False]),
+        "bool2": torch.tensor([[rank == 1], [False]]),  # two bool tensors: packed together
         "f64": OrderedDict(x=torch.full((2, 2), rank / 3, dtype=torch.float64)),
         "strided": base.t(),  # not contiguous
         "empty": torch.zeros(0, 5) + rank,
@@ -189,6 +190,7 @@ def test_every_collective_across_ranks(world, debug):
         assert torch.allclose(mean["f64"]["x"], expected_mean["f64"]["x"])
         assert torch.allclose(mean["i64"].first, expected_mean["i64"].first.float())
         assert torch.allclose(mean["bool"], expected_mean["bool"].float())
+        assert torch.allclose(mean["bool2"], expected_mean["bool2"].float())
         assert torch.allclose(mean["f16"].float(), expected_mean["f16"].float(), rtol=1e-3)
         assert out["unchanged"]
         for dim, pad_first in ((0, False), (-1, True), (1, False)):
