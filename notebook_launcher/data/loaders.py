@@ -9,11 +9,12 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader
 
+from ..ops import synchronize_rng_states
 from ..state.enums import RNGType
 from ..state.gradient import GradientState
 from ..utils.validation import check_bool, check_int, invalid
 from ._batches import send_to_device
-from ._comm import broadcast_object, is_distributed, synchronize_rng_states
+from ._comm import broadcast_object, is_distributed
 from .iterable import IterableDatasetShard
 from .samplers import BatchSamplerShard, SeedableRandomSampler
 
@@ -267,15 +268,15 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
             self.end()
 
     def _synchronize(self) -> None:
-        if not self.rng_types:
+        """Give this process the random states of process 0 (nothing to do in one process)."""
+        if not self.rng_types or not is_distributed():
             return
-        synchronize_rng_states(self.rng_types, self.synchronized_generator)
+        generator = self.synchronized_generator
+        kinds = [k for k in self.rng_types if k is not RNGType.GENERATOR or generator is not None]
+        if kinds:
+            synchronize_rng_states(kinds, generator)
         sampler = self.get_sampler()
-        if (
-            RNGType.GENERATOR in self.rng_types
-            and isinstance(sampler, SeedableRandomSampler)
-            and is_distributed()
-        ):
+        if RNGType.GENERATOR in self.rng_types and isinstance(sampler, SeedableRandomSampler):
             sampler.initial_seed = broadcast_object(sampler.initial_seed)
 
     def __len__(self) -> int:
