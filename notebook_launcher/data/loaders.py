@@ -40,6 +40,8 @@ def loader_kwargs(dataloader: DataLoader) -> dict[str, Any]:
 
 def index_batches(dataloader: DataLoader) -> Any:
     """What yields the index batches: a BatchSampler given as ``sampler``, else ``batch_sampler``."""
+    if not isinstance(dataloader, DataLoader):
+        raise invalid("dataloader", dataloader, "expected a torch DataLoader", TypeError)
     if isinstance(dataloader.sampler, BatchSampler):
         return dataloader.sampler
     return dataloader.batch_sampler

@@ -25,6 +25,16 @@ class Stream(IterableDataset):
         return self.length
 
 
+class Chunks(IterableDataset):
+    """A stream of ready-made batches of the given sizes."""
+
+    def __init__(self, sizes):
+        self.sizes = sizes
+
+    def __iter__(self):
+        return iter([torch.arange(size) for size in self.sizes])
+
+
 def _values(loader):
     return [(b[0] if isinstance(b, (list, tuple)) else b).tolist() for b in loader]
 
@@ -116,6 +126,11 @@ def dispatching():
         DataLoader(records, batch_size=2), put_on_device=True, dispatch_batches=True
     )
     report["mixed"] = [(b["x"].flatten().tolist(), b["name"]) for b in mixed]
+    chunks = DataLoader(Chunks([3, 2, 2, 1]), batch_size=None)
+    try:
+        list(prepare_data_loader(chunks, put_on_device=True, dispatch_batches=True))
+    except ValueError as error:  # raised on every rank alike, so no rank is left waiting
+        report["uneven"] = str(error)
     return report
 
 
@@ -135,6 +150,11 @@ def test_dispatch_batches_delivers_the_data_sharding_does():
     assert rank0["tiny"] == rank1["tiny"] == []  # fewer full batches than ranks: nothing, no error
     assert rank0["mixed"] == [([0, 1], ["n0", "n1"]), ([4], ["n4"])]
     assert rank1["mixed"] == [([2, 3], ["n2", "n3"]), ([0], ["n0"])]
+    for rank in (
+        rank0,
+        rank1,
+    ):  # a middle batch that cannot be cut evenly is refused, not cut short
+        assert "a batch of 5 samples cannot be cut into 2 equal pieces" in rank["uneven"]
 
 
 def bookkeeping():

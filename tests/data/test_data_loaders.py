@@ -171,6 +171,8 @@ def test_loaders_check_their_arguments():
         DataLoaderShard(range(3)).set_epoch(-1)
     with pytest.raises(TypeError, match="batch_sampler=None"):
         SkipBatchSampler(None)
+    with pytest.raises(TypeError, match="dataloader=\\[1, 2\\] is not valid"):
+        ours.get_sampler([1, 2])
 
 
 def test_same_parameters_as_accelerate():
