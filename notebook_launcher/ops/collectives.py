@@ -161,6 +161,10 @@ def broadcast(tensor: Any, from_process: int = 0) -> Any:
 
     Example:
         >>> weights = broadcast(torch.randn(10), from_process=0)  # the same on every process
+
+    Note:
+        Non-contiguous tensors are updated in place too (torch.distributed refuses them), and
+        the result is ``tensor`` itself rather than a rebuilt container of the same tensors.
     """
     comm = current()
     src = _check_source(comm, from_process)
@@ -326,7 +330,8 @@ def pad_across_processes(
 
     Note:
         The sizes of all the tensors of a structure are exchanged in one collective
-        (Accelerate makes one per tensor).
+        (Accelerate makes one per tensor), and the padded tensor keeps its dtype whatever
+        ``pad_index`` is (Accelerate turns an integer tensor padded with a float into floats).
     """
     check_int("dim", dim)
     if isinstance(pad_index, bool) or not isinstance(pad_index, (int, float)):
