@@ -117,8 +117,10 @@ class DataLoaderStateMixin:
 
     Attributes:
         end_of_dataloader: True while the last batch of the epoch is being used.
-        remainder: real samples in the last global batch (the rest of it is padding), i.e.
-            ``total_dataset_length % total_batch_size``; -1 where unknown or with ``drop_last``.
+        remainder: how many samples of the last global batch (the last batches of all
+            processes, in process order) are real; the rest is padding. It is
+            ``total_dataset_length % total_batch_size`` (0: the data divides evenly, nothing
+            to drop), or -1 where unknown and with ``drop_last`` (nothing is padded).
 
     The class using it provides ``_drop_last``, ``total_dataset_length`` and
     ``total_batch_size``.
