@@ -1,14 +1,15 @@
 """Overhead of the collectives over raw torch.distributed and over Accelerate's utilities.
 
-One launch of 2 gloo ranks (``notebook_launcher``). In it, every case is timed three ways on the
-same process group, call by call in interleaved rounds (all six orders in turn):
+One launch of 2 gloo ranks (``notebook_launcher``). In it, every case is timed four ways on the
+same process group, call by call in interleaved rounds (all 24 orders in turn):
 
 * ``raw``         the torch.distributed calls a careful user would write by hand
+* ``raw_again``   the same calls once more: ``again/raw`` shows how precise the ratios are
 * ``ours``        ``notebook_launcher.ops`` (gather, broadcast, reduce, pad_across_processes)
 * ``accelerate``  ``accelerate.utils`` (the same names)
 
 Each round starts with a barrier and times one call of each; the table shows, per case, the
-median time per call and the ratios ours/raw and ours/accelerate, each the median over rounds
+median time per call and the ratios again/raw, ours/raw and ours/accelerate, each the median over rounds
 of the ratio within a round (paired, so that the machine's slow drifts cancel). Targets:
 tensors of 1 MB or more within 1.05x of raw; a nested dict of 10 small tensors faster than
 Accelerate.
@@ -36,7 +37,7 @@ import sys
 import time
 import timeit
 
-IMPLEMENTATIONS = ("raw", "ours", "accelerate")
+IMPLEMENTATIONS = ("raw", "raw_again", "ours", "accelerate")
 # Every order in turn, so each implementation runs first, second and last, after each other one.
 ORDERS = list(itertools.permutations(IMPLEMENTATIONS))
 
@@ -94,13 +95,12 @@ def _cases(world: int):
     cases = {}
     for mb in (1, 8):
         for name in ("gather", "broadcast", "reduce"):
-            calls = dict(zip(IMPLEMENTATIONS, operations[name], strict=True))
+            raw, ours, theirs = operations[name]
+            calls = dict(raw=raw, raw_again=raw, ours=ours, accelerate=theirs)
             cases[f"{name} {mb} MB"] = (big(mb), calls)
     for name, (raw, ours, theirs) in operations.items():
-        cases[f"{name} dict of 10 small"] = (
-            nested,
-            dict(raw=each(raw), ours=ours, accelerate=theirs),
-        )
+        calls = dict(raw=each(raw), raw_again=each(raw), ours=ours, accelerate=theirs)
+        cases[f"{name} dict of 10 small"] = (nested, calls)
     return cases
 
 
@@ -124,7 +124,7 @@ def steady_allocator() -> None:
 def run_in_worker(rounds: int, budget: float) -> dict:
     """Runs on every rank: returns {case: {implementation: [seconds of each call, ...]}}.
 
-    Each round times one call of each implementation, in one of the six orders in turn, so
+    Each round times one call of each implementation, in one of the 24 orders in turn, so
     that whatever disturbs the machine (or follows a particular call) falls on the three alike.
     """
     import accelerate
@@ -147,7 +147,7 @@ def run_in_worker(rounds: int, budget: float) -> dict:
             start = time.perf_counter()
             calls["raw"](data)
             spent.append(time.perf_counter() - start)
-        count = [min(rounds, max(30, int(budget / 3 / max(statistics.median(spent), 1e-6))))]
+        count = [min(rounds, max(48, int(budget / 4 / max(statistics.median(spent), 1e-6))))]
         dist.broadcast_object_list(count, 0)
         samples: dict = {impl: [] for impl in IMPLEMENTATIONS}
         for round_ in range(count[0]):
@@ -201,10 +201,10 @@ def local_transport(world: int):
         ours._all_gather = saved_ours
 
 
-def wrapper_costs(world: int, repeats: int = 18) -> dict:
+def wrapper_costs(world: int, repeats: int = 24) -> dict:
     """{case: {implementation: best seconds per call}} with the local transport.
 
-    The implementations take turns (all six orders), and each keeps its best repeat.
+    The implementations take turns (in rotating orders), and each keeps its best repeat.
     """
     costs = {}
     with local_transport(world):
@@ -238,6 +238,7 @@ def summarize(timings: dict) -> list[dict]:
                 "case": name,
                 "rounds": len(by_impl["raw"]),
                 **{f"{impl}_us": round(med[impl] * 1e6, 1) for impl in IMPLEMENTATIONS},
+                "again/raw": round(_paired(by_impl["raw_again"], by_impl["raw"]), 3),
                 "ours/raw": round(_paired(by_impl["ours"], by_impl["raw"]), 3),
                 "ours/accelerate": round(_paired(by_impl["ours"], by_impl["accelerate"]), 3),
             }
@@ -267,11 +268,12 @@ def print_costs(rows: list[dict]) -> None:
 
 def print_table(rows: list[dict]) -> None:
     header = f"{'case':<28}{'rounds':>7}{'raw µs':>10}{'ours µs':>10}{'accel µs':>10}"
-    print(header + f"{'ours/raw':>10}{'ours/accel':>12}")
+    print(header + f"{'again/raw':>10}{'ours/raw':>10}{'ours/accel':>12}")
     for r in rows:
         print(
             f"{r['case']:<28}{r['rounds']:>7}{r['raw_us']:>10}{r['ours_us']:>10}"
-            f"{r['accelerate_us']:>10}{r['ours/raw']:>10.3f}{r['ours/accelerate']:>12.3f}"
+            f"{r['accelerate_us']:>10}{r['again/raw']:>10.3f}{r['ours/raw']:>10.3f}"
+            f"{r['ours/accelerate']:>12.3f}"
         )
 
 
