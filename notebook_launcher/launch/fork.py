@@ -9,8 +9,9 @@ from typing import Any
 from .base import Launcher
 
 # Imported once in the kernel so that forked workers do not each import them again on first use
-# (building an optimizer pulls in torch._dynamo, close to a second per worker otherwise).
-WARM_IMPORTS = ("torch._dynamo",)
+# (building an optimizer pulls in torch._dynamo, close to a second per worker otherwise; the
+# worker-side state is what every launched function starts with).
+WARM_IMPORTS = ("torch._dynamo", "notebook_launcher.state", "notebook_launcher.backends")
 
 
 class ForkLauncher(Launcher):
