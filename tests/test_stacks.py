@@ -71,3 +71,14 @@ def test_real_faulthandler_output_parses():
     place = locate(dump)
     assert place is not None and not place.in_collective
     assert threading.main_thread().is_alive()
+
+
+def test_a_rank_stuck_joining_the_job_is_not_called_a_waiting_rank():
+    joining = DUMP.replace(
+        'distributed_c10d.py", line 5356 in barrier',
+        'rendezvous.py", line 190 in _create_c10d_store',
+    )
+    place = locate(joining)
+    assert place is not None and place.in_rendezvous
+    assert "joining the job" in place.describe()
+    assert "held up" not in where_ranks_were({0: joining, 1: DUMP})

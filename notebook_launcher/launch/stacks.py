@@ -40,9 +40,12 @@ class Location:
     file: str
     line: int
     in_collective: bool  # inside torch.distributed: waiting for the other ranks
+    in_rendezvous: bool = False  # inside torch.distributed's rendezvous: joining the job
 
     def describe(self) -> str:
         where = f"{self.function} ({_display_file(self.file)}:{self.line})"
+        if self.in_rendezvous:
+            return f"joining the job (connecting to the rendezvous store), called from {where}"
         if self.in_collective:
             return f"waiting for the other ranks in torch.distributed, called from {where}"
         return f"in {where}"
@@ -58,12 +61,12 @@ def locate(stack: str) -> Location | None:
         if not any(m.group("func") == "run_worker" for m in frames):
             continue
         waiting = any(_is_collective(m.group("file")) for m in frames)
-        for m in frames:  # most recent call first
-            if not _is_library(m.group("file")):
-                return Location(m.group("func"), m.group("file"), int(m.group("line")), waiting)
-        if frames:
-            m = frames[0]
-            return Location(m.group("func"), m.group("file"), int(m.group("line")), waiting)
+        joining = any(_is_rendezvous(m.group("file")) for m in frames)
+        user = [m for m in frames if not _is_library(m.group("file"))] or frames[:1]
+        for m in user:  # most recent call first
+            return Location(
+                m.group("func"), m.group("file"), int(m.group("line")), waiting, joining
+            )
     return None
 
 
@@ -80,6 +83,12 @@ def _is_collective(path: str) -> bool:
     return any(part in path for part in _COLLECTIVE_PATHS)
 
 
+def _is_rendezvous(path: str) -> bool:
+    return _is_collective(path) and path.replace("\\", "/").endswith(
+        ("/rendezvous.py", "/elastic/rendezvous/c10d_rendezvous_backend.py")
+    )
+
+
 def _is_library(path: str) -> bool:
     return "site-packages" in path or "/lib/python3" in path or "notebook_launcher/" in path
 
@@ -94,7 +103,7 @@ def where_ranks_were(stacks: dict[int, str]) -> str:
     if not parts:
         return ""
     text = "Where each rank was: " + "; ".join(parts) + "."
-    waiting = [r for r, p in places.items() if p and p.in_collective]
+    waiting = [r for r, p in places.items() if p and p.in_collective and not p.in_rendezvous]
     elsewhere = [r for r, p in places.items() if p and not p.in_collective]
     if waiting and elsewhere:
         names = ", ".join(str(r) for r in elsewhere)
