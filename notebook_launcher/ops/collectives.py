@@ -64,6 +64,10 @@ def gather(tensor: Any) -> Any:
 
     Example:
         >>> predictions = gather(logits.argmax(-1))  # on every process: all processes' rows
+
+    Note:
+        A leaf that is not a tensor is a TypeError in a single process too, as it is in a job
+        (Accelerate passes it through when there is one process).
     """
     comm = current()
     tensors = tensor_leaves(tensor, "gather")
@@ -164,7 +168,8 @@ def broadcast(tensor: Any, from_process: int = 0) -> Any:
 
     Note:
         Non-contiguous tensors are updated in place too (torch.distributed refuses them), and
-        the result is ``tensor`` itself rather than a rebuilt container of the same tensors.
+        the result is ``tensor`` itself rather than a rebuilt container of the same tensors. A
+        leaf that is not a tensor is a TypeError in a single process too, as it is in a job.
     """
     comm = current()
     src = _check_source(comm, from_process)

@@ -121,6 +121,10 @@ def get_max_layer_size(
         >>> sizes = compute_module_sizes(model)
         >>> get_max_layer_size(list(model.named_children()), sizes, ["TransformerBlock"])
         (4196352, ['blocks.0', 'blocks.1'])
+
+    Note:
+        A layer missing from ``module_sizes`` is a ValueError naming it (a KeyError in
+        Accelerate), and the children of a module named "" are named "child", not ".child".
     """
     if not isinstance(modules, (list, tuple)) or not all(
         isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], nn.Module) for p in modules

@@ -177,6 +177,9 @@ def concatenate(data: list[Any], dim: int = 0) -> Any:
     Example:
         >>> concatenate([{"a": torch.ones(2)}, {"a": torch.zeros(1)}])
         {'a': tensor([1., 1., 0.])}
+
+    Note:
+        A ``defaultdict`` comes back as a ``defaultdict`` (Accelerate fails on one).
     """
     if not isinstance(data, (list, tuple)) or not data:
         raise invalid("data", brief(data), "expected a non-empty list of structures", TypeError)
@@ -200,6 +203,9 @@ def find_batch_size(data: Any) -> int:
     Raises:
         ValueError: an empty container, or a 0-d tensor, comes first.
         TypeError: the first leaf is not a tensor.
+
+    Note:
+        A 0-d tensor is a ValueError that says so (an IndexError in Accelerate).
 
     Example:
         >>> find_batch_size({"input_ids": torch.zeros(8, 128), "labels": torch.zeros(8)})
