@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sized
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, RandomSampler
+from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
 from ..utils.validation import check_bool, check_int, invalid
 
@@ -15,6 +15,30 @@ from ..utils.validation import check_bool, check_int, invalid
 def _default_generator() -> torch.Generator:
     device = torch.get_default_device() if hasattr(torch, "get_default_device") else "cpu"
     return torch.Generator(device=device)
+
+
+def _permutations(sampler: RandomSampler, generator: torch.Generator) -> Iterator[int]:
+    """The indices a ``RandomSampler`` without replacement draws from ``generator``.
+
+    The same draws in the same order as its ``__iter__``, made up front and handed out by
+    ``itertools`` without running Python code per index.
+    """
+    size = len(sampler.data_source)
+    whole, rest = divmod(sampler.num_samples, size)
+    parts = [torch.randperm(size, generator=generator).tolist() for _ in range(whole)]
+    parts.append(torch.randperm(size, generator=generator).tolist()[:rest])
+    return itertools.chain.from_iterable(parts)
+
+
+def _sampler_indices(sampler: Any) -> Iterator[int]:
+    """``iter(sampler)``, made cheaper per index for a plain ``RandomSampler``."""
+    if type(sampler) is not RandomSampler or sampler.replacement:
+        return iter(sampler)
+    generator = sampler.generator
+    if generator is None:  # as RandomSampler does: a fresh generator seeded from torch's
+        generator = torch.Generator()
+        generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+    return _permutations(sampler, generator)
 
 
 class SeedableRandomSampler(RandomSampler):
@@ -58,8 +82,13 @@ class SeedableRandomSampler(RandomSampler):
         if self.generator is None:
             self.generator = _default_generator()
         self.generator.manual_seed(self.initial_seed + self.epoch)
-        yield from super().__iter__()
+        draws = super().__iter__() if self.replacement else _permutations(self, self.generator)
+        return itertools.chain(draws, self._next_epoch())
+
+    def _next_epoch(self) -> Iterator[int]:
+        """Moves to the next epoch once the indices of this one are all used."""
         self.set_epoch(self.epoch + 1)
+        yield from ()
 
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch`` for the next iteration."""
@@ -200,19 +229,30 @@ class BatchSamplerShard(BatchSampler):
         span = self.batch_size if self.split_batches else self.batch_size * self.num_processes
         local = span // self.num_processes
         low = self.process_index * local
-        indices = iter(self.batch_sampler.sampler)
-        head: list[int] | None = None
+        sampler = self.batch_sampler.sampler
+        # A SequentialSampler's indices are a range: slices of it make only this process's.
+        ranged = type(sampler) is SequentialSampler
+        indices = iter(()) if ranged else _sampler_indices(sampler)
+        total, read = (len(sampler.data_source), 0) if ranged else (0, 0)
+        head: Any = None
         rounds = 1
         while True:
-            block = [*itertools.islice(indices, span * rounds)]
-            complete = len(block) - len(block) % span
+            if ranged:
+                block: Any = range(read, min(read + span * rounds, total))
+                read = block.stop
+                complete = len(block) - len(block) % span
+                starts = range(low, complete, span)
+                yield [list(block[start : start + local]) for start in starts]
+            else:
+                block = [*itertools.islice(indices, span * rounds)]
+                complete = len(block) - len(block) % span
+                yield [block[start : start + local] for start in range(low, complete, span)]
             if head is None and complete:
                 head = block[:span]
-            yield [block[start + low : start + low + local] for start in range(0, complete, span)]
             if len(block) < span * rounds:
                 break
             rounds = min(2 * rounds, 64)
-        tail = block[complete:]
+        tail = list(block[complete:])
         if not tail or self.drop_last:
             return
         if self.even_batches:

@@ -44,6 +44,9 @@ class Custom(BatchSampler):
 
 
 def batch_sampler(length, batch_size, drop_last, kind=BatchSampler):
+    """A batch sampler over 0 .. length - 1; ``kind="list"``: a BatchSampler over a plain list."""
+    if kind == "list":
+        return BatchSampler(list(range(length)), batch_size, drop_last)
     return kind(SequentialSampler(range(length)), batch_size, drop_last)
 
 
@@ -82,8 +85,11 @@ def expected_order(length, total, drop_last, pad):
 
 def check_sampler_laws(length, batch_size, n, split, drop_last, even):
     shards, lengths = sampler_shards(length, batch_size, n, split, drop_last, even)
-    general = sampler_shards(length, batch_size, n, split, drop_last, even, Custom)
-    assert general == (shards, lengths)  # both paths give the same batches and lengths
+    for kind in (Custom, "list"):  # the general path, and a plain BatchSampler over a list
+        assert sampler_shards(length, batch_size, n, split, drop_last, even, kind) == (
+            shards,
+            lengths,
+        )
     assert lengths == [len(s) for s in shards]  # len() is exact on every process
     total = batch_size if split else batch_size * n
     assert interleave(shards) == expected_order(length, total, drop_last, even)

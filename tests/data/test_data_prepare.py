@@ -77,6 +77,21 @@ def test_same_batches_as_accelerate():
             assert [b.tolist() for b in ours] == [b.tolist() for b in theirs]
 
 
+def test_same_shuffled_batches_as_accelerate():
+    accelerate = pytest.importorskip("accelerate.data_loader")
+
+    def shuffled(seed):
+        return DataLoader(
+            range(29), batch_size=3, shuffle=True, generator=torch.Generator().manual_seed(seed)
+        )
+
+    for n, p, seed in ((2, 0, 1), (2, 1, 1), (3, 2, 7)):
+        ours = prepare_data_loader(shuffled(seed), None, n, p)
+        theirs = accelerate.prepare_data_loader(shuffled(seed), None, n, p)
+        for _ in range(2):  # two epochs
+            assert [b.tolist() for b in ours] == [b.tolist() for b in theirs]
+
+
 def test_the_documented_example():
     original = DataLoader(range(8), batch_size=4)
     whole = [[b.tolist() for b in prepare_data_loader(original, None, 2, p)] for p in (0, 1)]

@@ -149,3 +149,28 @@ def test_seedable_sampler_defaults_to_the_initial_seed():
         SeedableRandomSampler(range(4), generator=3)
     with pytest.raises(ValueError, match="epoch=-1"):
         SeedableRandomSampler(range(4)).set_epoch(-1)
+
+
+def test_random_batches_are_the_ones_random_sampler_draws():
+    for size, num_samples in ((10, None), (7, 20), (5, 3), (1, None)):
+        for seeded in (True, False):
+            torch.manual_seed(3)
+            generator = torch.Generator().manual_seed(5) if seeded else None
+            vanilla = RandomSampler(range(size), num_samples=num_samples, generator=generator)
+            expected = [list(b) for b in BatchSampler(vanilla, 2, False)]
+            after = torch.rand(1)
+            torch.manual_seed(3)
+            generator = torch.Generator().manual_seed(5) if seeded else None
+            sampler = RandomSampler(range(size), num_samples=num_samples, generator=generator)
+            shard = BatchSamplerShard(BatchSampler(sampler, 2, False), even_batches=False)
+            assert list(shard) == expected
+            assert torch.equal(torch.rand(1), after)  # the global generator moved alike
+
+
+def test_seedable_sampler_draws_as_accelerate_does():
+    accelerate = pytest.importorskip("accelerate.data_loader")
+    for replacement in (False, True):
+        ours = SeedableRandomSampler(range(13), replacement, data_seed=9)
+        theirs = accelerate.SeedableRandomSampler(range(13), replacement=replacement, data_seed=9)
+        for _ in range(3):  # three epochs
+            assert list(ours) == list(theirs) and ours.epoch == theirs.epoch
