@@ -20,6 +20,7 @@ class Backend(ABC):
             (``NO`` where jobs of several processes are not supported).
         default_start_method: how the launcher should start workers for this device.
         accelerator: False for the CPU, True for devices other than the host.
+        creates_process_group: whether a job creates a ``torch.distributed`` process group.
     """
 
     name: str
@@ -28,6 +29,7 @@ class Backend(ABC):
     distributed_type: DistributedType
     default_start_method: str = "fork"
     accelerator: bool = True
+    creates_process_group: bool = True  # False where collectives bypass torch.distributed
 
     @abstractmethod
     def is_available(self) -> bool:

@@ -22,8 +22,14 @@ from .signals import interrupts_deferred
 from .spawn import SpawnLauncher
 from .supervisor import Supervisor
 from .worker import WorkerSpec
+from .xla import XlaLauncher
+from .xla_env import detect_xla
 
-LAUNCHERS: dict[str, type[Launcher]] = {"fork": ForkLauncher, "spawn": SpawnLauncher}
+LAUNCHERS: dict[str, type[Launcher]] = {
+    "fork": ForkLauncher,
+    "spawn": SpawnLauncher,
+    "xla": XlaLauncher,
+}
 DEFAULT_STALL_TIMEOUT = 900.0
 
 
@@ -114,7 +120,8 @@ def notebook_launcher(
     call_args = check_args(args)
     if rdzv_conf is not None and not isinstance(rdzv_conf, dict):
         raise TypeError(f"rdzv_conf={rdzv_conf!r} is not valid: expected a dict or None")
-    gpus = cuda_device_count()
+    xla = detect_xla()  # a TPU host: replicas through xmp.spawn, one per core by default
+    gpus = xla.replicas if xla.usable else cuda_device_count()
     plan = make_plan(
         num_processes=num_processes,
         mixed_precision=mixed_precision,
@@ -133,7 +140,7 @@ def notebook_launcher(
         stall_timeout=stall_timeout,
         threads_per_process=threads_per_process,
         output=output,
-        device="cuda" if gpus else "cpu",
+        device="xla" if xla.usable else "cuda" if gpus else "cpu",
         gpu_count=gpus,
     )
     return launch(function, call_args, plan)

@@ -10,6 +10,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..utils.replicas import ReplicaLocal
+
 
 @dataclass(frozen=True)
 class WorkerContext:
@@ -39,14 +41,13 @@ class EventChannel:
             self._conn.send(event)
 
 
-_context: WorkerContext | None = None
+_context = ReplicaLocal()  # per thread where XLA replicas are threads
 
 
 def current_context() -> WorkerContext | None:
     """The running worker's context, or None outside a launched worker."""
-    return _context
+    return _context.get()
 
 
 def set_context(context: WorkerContext | None) -> None:
-    global _context
-    _context = context
+    _context.set(context)

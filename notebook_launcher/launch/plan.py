@@ -22,7 +22,7 @@ class LaunchPlan:
     num_nodes: int
     node_rank: int
     start_method: str
-    device: str  # "cpu" or "cuda"
+    device: str  # "cpu", "cuda" or "xla"
     mixed_precision: str
     master_addr: str
     requested_port: int
@@ -110,6 +110,22 @@ def _prefix_template(value: object) -> str:
     return value
 
 
+def _xla_method(nprocs: int, nnodes: int, replicas: int, precision: object) -> str:
+    """XLA launches: xmp.spawn starts one replica per device, so the count is not ours to pick."""
+    if precision not in ("no", "bf16"):
+        raise _bad("mixed_precision", precision, "XLA devices (TPUs) support 'no' and 'bf16'")
+    if replicas and nprocs != replicas:
+        raise _bad(
+            "num_processes",
+            nprocs,
+            f"on this XLA host xmp.spawn starts one replica per device, {replicas} here; pass "
+            f"num_processes={replicas} or None",
+        )
+    if nnodes != 1:
+        raise _bad("num_nodes", nnodes, "XLA launches run on one host (num_nodes=1)")
+    return "xla"
+
+
 def make_plan(
     *,
     num_processes: object,
@@ -139,7 +155,7 @@ def make_plan(
         NotImplementedError: for multi-node launches, which this version does not run.
     """
     if num_processes is None:
-        if device == "cuda" and gpu_count > 0:
+        if device != "cpu" and gpu_count > 0:  # every GPU, or every XLA device (TPU core)
             num_processes = gpu_count
         else:
             raise _bad(
@@ -166,6 +182,8 @@ def make_plan(
     if not isinstance(rdzv_id, str):
         raise _bad("rdzv_id", rdzv_id, "expected a str")
     method = _choice("start_method", start_method, START_METHODS)
+    if device == "xla":  # replicas are started by torch_xla's xmp.spawn, which forks
+        method = _xla_method(nprocs, nnodes, gpu_count, mixed_precision)
     threads = threads_per_process
     if threads is None:
         threads = max(1, available_cpu_count() // nprocs)

@@ -85,7 +85,29 @@ def process_group_in_kernel(plan: LaunchPlan) -> Finding | None:
     )
 
 
-KERNEL_CHECKS = (cuda_initialized_in_kernel, process_group_in_kernel)
+def xla_initialized_in_kernel(plan: LaunchPlan) -> Finding | None:
+    if plan.device != "xla" or "torch_xla" not in sys.modules:
+        return None
+    from .xla_env import xla_initialized
+
+    if not xla_initialized():
+        return None
+    return Finding(
+        what="The XLA runtime has already been started in this kernel.",
+        why=(
+            "xmp.spawn refuses to start replicas once the parent has used an XLA device, and "
+            "every later launch fails the same way until the kernel restarts. Something in an "
+            "earlier cell touched the device: torch_xla.device(), xm.xla_device(), a tensor "
+            "moved to it, or torch_xla.runtime queries such as world_size()."
+        ),
+        fix=(
+            "restart the kernel and keep every XLA device use inside the launched function "
+            "(importing torch_xla in the notebook is fine)."
+        ),
+    )
+
+
+KERNEL_CHECKS = (cuda_initialized_in_kernel, process_group_in_kernel, xla_initialized_in_kernel)
 
 
 def find_unpicklable(value: Any, name: str, depth: int = 0) -> str | None:
@@ -136,7 +158,7 @@ def run_preflight(function: Any, args: tuple, plan: LaunchPlan) -> None:
         finding = check(plan)
         if finding is not None:
             raise PreflightError(str(finding))
-    if plan.start_method == "spawn":
+    if plan.start_method in ("spawn", "xla"):  # both send the function by value
         check_picklable(function, args)
 
 

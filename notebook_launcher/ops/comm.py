@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ..state.partial import PartialState
+from ..utils.replicas import ReplicaLocal
 
 
 class Communicator:
@@ -76,26 +77,63 @@ class Communicator:
 
 
 class XlaCommunicator(Communicator):
-    """XLA jobs: not supported until the TPU launcher exists."""
+    """Collectives of XLA replicas through torch_xla: ``xm.all_gather``, ``xm.all_reduce``,
+    ``xm.rendezvous``. Tensors travel on the replica's XLA device and come back where they were.
+    """
 
     def __init__(self, state: PartialState) -> None:
-        from ..backends.xla import NOT_YET
+        import torch_xla.core.xla_model as xm
 
-        raise NotImplementedError(NOT_YET)
+        self._shared = state._shared_state
+        self._backend = state._backend
+        self._xm = xm
+        self.device = state.device
+        self.rank = state.process_index
+        self.world_size = state.num_processes if state.use_distributed else 1
+        self.control_device = self.device
+        self._calls = 0
+
+    def all_gather_into(self, output: torch.Tensor, tensor: torch.Tensor) -> None:
+        gathered = self._xm.all_gather(tensor.to(self.device), dim=0)
+        output.copy_(gathered.reshape(output.shape).to(output.device))
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> None:
+        work = tensor.to(self.device)
+        self._xm.all_reduce(self._xm.REDUCE_SUM, [work])  # a list is reduced in place
+        if work is not tensor:
+            tensor.copy_(work.to(tensor.device))
+
+    def broadcast(self, tensor: torch.Tensor, src: int) -> None:
+        # A sum in which every replica but ``src`` contributes zeros.
+        work = tensor.to(self.device, copy=True)
+        if self.rank != src:
+            work.zero_()
+        self._xm.all_reduce(self._xm.REDUCE_SUM, [work])
+        tensor.copy_(work.to(tensor.device))
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        import pickle
+
+        self._calls += 1
+        tag = f"notebook_launcher.objects.{self._calls}"
+        return [pickle.loads(p) for p in self._xm.rendezvous(tag, pickle.dumps(obj))]
+
+    def broadcast_object_list(self, objects: list[Any], src: int) -> None:
+        objects[:] = self.all_gather_object(list(objects))[src]
 
 
 # Backend name -> communicator class; every torch.distributed backend uses the default.
 COMMUNICATORS: dict[str, type[Communicator]] = {"xla": XlaCommunicator}
-_current: list[Communicator | None] = [None]
+_current = ReplicaLocal()  # per thread where XLA replicas are threads
 
 
 def current() -> Communicator:
     """The communicator of this process's job, creating the :class:`PartialState` if needed."""
     shared = PartialState._shared_state
-    comm = _current[0]
+    comm = _current.get()
     if comm is not None and comm.is_current(shared):
         return comm
     state = PartialState()
     comm = COMMUNICATORS.get(state._backend.name, Communicator)(state)
-    _current[0] = comm
+    _current.set(comm)
     return comm

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from ..utils.environment import parse_flag_from_env
+from ..utils.replicas import ReplicaLocalDict
 from ..utils.validation import check_bool, check_choice
 from .enums import PrecisionType
 from .partial import PartialState
@@ -76,7 +77,7 @@ class AcceleratorState:
         Accelerator can still create the state afterwards.
     """
 
-    _shared_state: dict[str, Any] = {}
+    _shared_state = ReplicaLocalDict()  # per thread where XLA replicas are threads
     _known_attrs = ("_mixed_precision", "dynamo_plugin")
 
     def __init__(

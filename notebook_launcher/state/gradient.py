@@ -5,6 +5,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from ..utils.replicas import ReplicaLocalDict
 from ..utils.validation import check_bool, invalid
 
 
@@ -29,7 +30,7 @@ class GradientState:
         ``sync_with_dataloader=True``.
     """
 
-    _shared_state: dict[str, Any] = {}
+    _shared_state = ReplicaLocalDict()  # per thread where XLA replicas are threads
 
     def __init__(self, gradient_accumulation_plugin: Any = None) -> None:
         from ..kwargs import GradientAccumulationPlugin

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from ..utils.replicas import ReplicaLocalDict
 from ..utils.validation import check_bool, invalid
 from .control import ProcessControl
 from .enums import DistributedType
@@ -47,6 +48,8 @@ def _create_state(cpu: bool, options: StateOptions) -> dict[str, Any]:
 def _init_process_group(backend: Any, topo: Topology, options: StateOptions) -> str:
     import torch.distributed as dist
 
+    if not backend.creates_process_group:  # XLA: collectives go through torch_xla itself
+        return backend.process_group_backend
     device = backend.device_for(topo.local_rank)
     if topo.group_exists:
         backend.set_device(device)
@@ -104,7 +107,7 @@ class PartialState(ProcessControl):
         (0, 1)
     """
 
-    _shared_state: dict[str, Any] = {}
+    _shared_state = ReplicaLocalDict()  # per thread where XLA replicas are threads
     _known_attrs = (
         "_cpu",
         "_backend",

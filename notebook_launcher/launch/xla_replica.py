@@ -1,0 +1,267 @@
+"""The two processes between the kernel and an XLA replica: the xmp.spawn helper and the replica.
+
+The kernel starts one helper process, which calls ``xmp.spawn`` (blocking until every replica
+is done) so that the kernel keeps supervising. xmp forks the replica processes from the helper;
+in each, :func:`run_replica` runs our worker bootstrap once per replica (a replica may be one of
+several threads of its process). Each replica talks to the kernel over the pipes the kernel made
+for its rank; the helper tells the kernel when a replica's process has exited, and with which
+code, over one more pipe per rank.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from .context import EventChannel, set_context
+from .worker import WorkerSpec
+
+FAILED_REPLICA_LINGER = 30.0  # a failed thread replica waits this long for the kernel to stop it
+
+
+@dataclass
+class ReplicaPipes:
+    """The child ends of one rank's pipes (inherited by fork, never pickled)."""
+
+    events: Any
+    stdout: Any
+    stderr: Any
+    exited: Any  # written by the helper: the exit code of the replica's process
+
+
+@dataclass
+class ReplicaGroup:
+    """Everything the helper and its replicas need, for every rank of the launch."""
+
+    kernel_pid: int
+    specs: list[WorkerSpec]
+    pipes: list[ReplicaPipes]
+    hello_r: Any  # replicas announce (pid, rank) here; the helper reads it
+    hello_w: Any
+    helper_pid: int = 0
+    reported: set[int] = field(default_factory=set)  # ranks whose exit the helper reported
+    ranks_of: dict[int, list[int]] = field(default_factory=dict)  # replica pid -> its ranks
+
+
+_GROUP: ReplicaGroup | None = None  # set in the helper, inherited by its replicas
+_process_lock = threading.Lock()
+_process_ready: list[int] = []  # the ranks whose replica set up this process (first one first)
+
+
+# -- the helper ------------------------------------------------------------------------------------
+
+
+def _report_exits(group: ReplicaGroup, pid: int, code: int) -> None:
+    while group.hello_r.poll(0):  # a replica that died at once may not have been read yet
+        try:
+            replica_pid, rank = group.hello_r.recv()
+        except (EOFError, OSError):
+            break
+        group.ranks_of.setdefault(replica_pid, []).append(rank)
+    for rank in group.ranks_of.get(pid, []):
+        _flag(group, rank, code)
+
+
+def _flag(group: ReplicaGroup, rank: int, code: int) -> None:
+    if rank in group.reported:
+        return
+    group.reported.add(rank)
+    try:
+        group.pipes[rank].exited.send(code)
+    except OSError:
+        pass
+
+
+def _record_reaped_children(group: ReplicaGroup) -> None:
+    """Tell the kernel each replica process's exit code as the helper reaps it.
+
+    The replicas are the helper's children, reaped by xmp's process pool; only the reaper can
+    read an exit status, so the helper's ``os.waitpid`` reports what it reaps.
+    """
+    real_waitpid = os.waitpid
+    lock = threading.Lock()
+
+    def waitpid(pid: int, options: int) -> tuple[int, int]:
+        done, status = real_waitpid(pid, options)
+        if done:
+            with lock:
+                _report_exits(group, done, os.waitstatus_to_exitcode(status))
+        return done, status
+
+    os.waitpid = waitpid
+
+
+def run_helper(group: ReplicaGroup, payload: bytes) -> None:
+    """Entry point of the helper process: ``xmp.spawn`` every replica, then report and exit."""
+    from .worker import _die_with_parent
+
+    global _GROUP
+    _die_with_parent(group.kernel_pid)
+    os.dup2(group.pipes[0].stderr.fileno(), 2)  # the helper's own errors read as rank 0's
+    os.dup2(group.pipes[0].stderr.fileno(), 1)
+    group.helper_pid = os.getpid()
+    _GROUP = group
+    _record_reaped_children(group)
+    code = 0
+    try:
+        import torch_xla.distributed.xla_multiprocessing as xmp
+
+        # No nprocs: xmp starts one replica per device (2.5+ refuses other values, and
+        # nprocs=1 would run the replica in this process). xmp pickles fn and args even
+        # under fork: the user's function travels inside ``payload`` (cloudpickle bytes).
+        xmp.spawn(run_replica, args=(payload,), start_method="fork")
+    except BaseException as exc:
+        code = 1
+        if not group.ranks_of:  # no replica ever started: this is the error to show
+            sys.stderr.write(
+                "notebook_launcher: xmp.spawn failed before any replica started:\n"
+                + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            )
+            sys.stderr.flush()
+    finally:
+        _report_exits(group, -1, code)
+        for rank in range(len(group.pipes)):
+            _flag(group, rank, code)
+        os._exit(code)
+
+
+# -- a replica -------------------------------------------------------------------------------------
+
+
+def _runtime() -> tuple[int, int, int, int]:
+    """(global ordinal, local ordinal, world size, replicas in this process) from torch_xla."""
+    import torch_xla.runtime as xr
+
+    try:
+        here = int(xr.addressable_device_count())
+    except Exception:
+        here = 1
+    return int(xr.global_ordinal()), int(xr.local_ordinal()), int(xr.world_size()), here
+
+
+class _ThreadRoutedStream:
+    """``sys.stdout``/``sys.stderr`` of a process whose replicas are threads: each thread's
+    Python-level output goes to its own rank's pipe (C-level output goes to the first rank's)."""
+
+    def __init__(self, default: Any) -> None:
+        self._default = default
+        self._local = threading.local()
+
+    def route(self, stream: Any) -> None:
+        self._local.stream = stream
+
+    def _target(self) -> Any:
+        return getattr(self._local, "stream", self._default)
+
+    def write(self, text: str) -> int:
+        return self._target().write(text)
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target(), name)
+
+
+def _setup_process(group: ReplicaGroup, rank: int, here: int) -> None:
+    """Once per replica process: parent death, own process group, fd-level output, state."""
+    from .worker import (
+        _die_with_parent,
+        _redirect_streams,
+        _reset_inherited_state,
+        torchrun_environment,
+    )
+
+    _die_with_parent(group.helper_pid)
+    for other in group.pipes:
+        other.exited.close()  # the helper's to write; held here they would hide its reports
+    group.hello_r.close()
+    spec = group.specs[rank]
+    _redirect_streams(group.pipes[rank].stdout, group.pipes[rank].stderr)
+    os.environ.update(torchrun_environment(spec.context, spec))
+    import torch
+
+    torch.set_num_threads(spec.threads)
+    _reset_inherited_state()
+    if here > 1:
+        from ..utils.replicas import use_thread_replicas
+
+        use_thread_replicas(True)
+        sys.stdout = _ThreadRoutedStream(sys.stdout)
+        sys.stderr = _ThreadRoutedStream(sys.stderr)
+
+
+def _route_thread(group: ReplicaGroup, rank: int) -> None:
+    """A second (third ...) thread replica of the process: its own streams for its rank."""
+    pipes = group.pipes[rank]
+    for routed, conn in ((sys.stdout, pipes.stdout), (sys.stderr, pipes.stderr)):
+        stream = open(  # noqa: SIM115
+            conn.fileno(), "w", buffering=1, encoding="utf-8", errors="backslashreplace"
+        )
+        if isinstance(routed, _ThreadRoutedStream):
+            routed.route(stream)
+
+
+def run_replica(index: int, payload: bytes) -> None:
+    """What xmp.spawn runs for each replica: our worker bootstrap around the user's function."""
+    from .worker import _call, _flush, _reset_inherited_state
+
+    group = _GROUP
+    if group is None:
+        raise RuntimeError("run_replica runs only in replicas started by notebook_launcher")
+    rank, local_rank, world, here = _runtime()
+    planned = len(group.specs)
+    if not 0 <= rank < planned or world != planned:
+        rank = rank if 0 <= rank < planned else 0
+        _mismatch(group, rank, world, planned)
+    with _process_lock:
+        group.hello_w.send((os.getpid(), rank))
+        first = not _process_ready
+        _process_ready.append(rank)
+        if first:
+            _setup_process(group, rank, here)
+    if not first:
+        _route_thread(group, rank)
+        _reset_inherited_state()  # this thread's fresh state
+    spec = group.specs[rank]
+    channel = EventChannel(group.pipes[rank].events)
+    context = dataclasses.replace(
+        spec.context, rank=rank, local_rank=local_rank, world_size=world, channel=channel
+    )
+    set_context(context)
+    code = _call(dataclasses.replace(spec, context=context), payload, channel)
+    _flush()
+    if code:
+        # Alone in its process, a failed replica exits like any worker; a thread replica
+        # waits for the kernel to stop the whole process (its exit would take its siblings
+        # down before they could be told why).
+        if here > 1:
+            time.sleep(FAILED_REPLICA_LINGER)
+        os._exit(code)
+
+
+def _mismatch(group: ReplicaGroup, rank: int, world: int, planned: int) -> None:
+    from ..events import WorkerFailed
+
+    message = (
+        f"xmp.spawn started {world} replicas here, but the launch planned num_processes="
+        f"{planned}; xmp always starts one replica per XLA device, so pass "
+        f"num_processes={world} (or None)."
+    )
+    group.pipes[rank].events.send(
+        WorkerFailed(
+            rank=rank,
+            exc_type="ValueError",
+            message=message,
+            traceback=message,
+            payload=None,
+            time=time.time(),
+        )
+    )
+    os._exit(1)
