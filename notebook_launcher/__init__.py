@@ -1,5 +1,7 @@
 """Launch distributed PyTorch from a notebook cell, with the worker-side API of Accelerate."""
 
+from .accelerator import Accelerator
+from .accelerator_config import DataLoaderConfiguration, ProjectConfiguration
 from .data import prepare_data_loader, skip_first_batches
 from .kwargs import (
     AutocastKwargs,
@@ -46,16 +48,24 @@ from .ops import (
     synchronize_rng_states,
     wait_for_everyone,
 )
+from .optimizer import AcceleratedOptimizer
+from .scheduler import AcceleratedScheduler
 from .state import DistributedType, PartialState
+from .trackers import GeneralTracker
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AcceleratedOptimizer",
+    "AcceleratedScheduler",
+    "Accelerator",
     "AutocastKwargs",
     "DDPCommunicationHookType",
+    "DataLoaderConfiguration",
     "DistributedDataParallelKwargs",
     "DistributedOperationException",
     "DistributedType",
+    "GeneralTracker",
     "GradScalerKwargs",
     "InitProcessGroupKwargs",
     "LaunchError",
@@ -64,6 +74,7 @@ __all__ = [
     "PartialState",
     "PreflightError",
     "ProfileKwargs",
+    "ProjectConfiguration",
     "WorkerFailure",
     "WorkerStalledError",
     "WorkersFailedError",
