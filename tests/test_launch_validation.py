@@ -99,15 +99,6 @@ def test_args_as_list_are_accepted():
     assert launch(add, args=[1, 2], num_processes=2).values == [3, 4]
 
 
-def test_multi_node_is_not_implemented():
-    with pytest.raises(NotImplementedError) as info:
-        launch(ranks, num_processes=2, num_nodes=2, node_rank=0)
-
-    assert "num_nodes=2" in str(info.value)
-    assert "multi-node" in str(info.value)
-    assert "num_nodes=1" in str(info.value)
-
-
 def test_process_group_in_the_calling_process_is_refused(tmp_path):
     store = dist.FileStore(str(tmp_path / "store"), 1)
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)

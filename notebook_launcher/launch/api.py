@@ -14,9 +14,9 @@ from .context import WorkerContext
 from .errors import AttemptFailed
 from .fork import ForkLauncher
 from .output import OutputSink
-from .plan import LaunchPlan, make_plan
+from .plan import DEFAULT_RDZV_TIMEOUT, LaunchPlan, make_plan
 from .preflight import check_args, check_function, run_preflight
-from .rendezvous import KernelStore
+from .rendezvous import open_rendezvous
 from .result import LaunchResult
 from .signals import interrupts_deferred
 from .spawn import SpawnLauncher
@@ -55,6 +55,7 @@ def notebook_launcher(
     stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
     threads_per_process: int | None = None,
     output: str = "all",
+    rdzv_timeout: float = DEFAULT_RDZV_TIMEOUT,
 ) -> LaunchResult:
     """Run ``function(*args)`` in ``num_processes`` worker processes and return every result.
 
@@ -69,15 +70,26 @@ def notebook_launcher(
         args: positional arguments for ``function``.
         num_processes: processes to start. Defaults to the number of GPUs; required on CPU.
         mixed_precision: "no", "fp16", "bf16" or "fp8", handed to the workers' state.
-        use_port: rendezvous port. On one node a free port is used if this one is taken.
-        master_addr: address of the rendezvous host.
-        node_rank: this node's index (multi-node launches are not supported yet).
-        num_nodes: number of nodes; only 1 is supported by this version.
-        rdzv_backend: "static" or "c10d".
-        rdzv_endpoint: rendezvous endpoint for multi-node launches.
-        rdzv_conf: extra rendezvous settings (a dict) for multi-node launches.
-        rdzv_id: job id, exported to workers as ``TORCHELASTIC_RUN_ID``.
-        max_restarts: restart the whole group up to this many times after a failure.
+        use_port: rendezvous port. On one node a free port is used if this one is taken; with
+            several nodes node 0 listens on exactly ``master_addr:use_port``.
+        master_addr: address of node 0, where the nodes meet (``rdzv_backend="static"``).
+            A single-node launch keeps its rendezvous on 127.0.0.1 whatever this says.
+        node_rank: this node's index, 0 to ``num_nodes - 1``; its processes get the global
+            ranks ``node_rank * num_processes + local_rank``. With "c10d" the rendezvous
+            assigns node ranks and this one is not used.
+        num_nodes: number of nodes (machines, each running this call in its own notebook or
+            process with the same ``num_processes``).
+        rdzv_backend: "static" (node 0's kernel hosts a torch TCPStore at
+            ``master_addr:use_port``) or "c10d" (torch's dynamic rendezvous at
+            ``rdzv_endpoint``; the kernel that owns that address hosts its store).
+        rdzv_endpoint: "host:port" of the c10d rendezvous; "" means ``master_addr:use_port``.
+        rdzv_conf: torch's rendezvous settings: for "c10d" ``join_timeout``,
+            ``last_call_timeout``, ``close_timeout``, ``heartbeat_timeout``, ``read_timeout``,
+            ``keep_alive_interval``, ``keep_alive_max_attempt``, ``is_host``, ``store_type``
+            ("tcp"); for "static" ``rank`` (must equal ``node_rank``) and ``timeout``.
+        rdzv_id: job id, exported to workers as ``TORCHELASTIC_RUN_ID``; the c10d run id.
+        max_restarts: restart the whole group up to this many times after a failure. With
+            several nodes every node restarts together (a failure anywhere restarts all).
         monitor_interval: longest pause, in seconds, between the supervisor's checks.
         log_line_prefix_template: prefix of each output line; may use ``{rank}``,
             ``{local_rank}``, ``{node_rank}``. Default ``"[rank{rank}] "``.
@@ -91,9 +103,13 @@ def notebook_launcher(
             by the number of processes, so ranks do not fight over cores.
         output: "all" shows every rank's output, "main" only rank 0's, "none" nothing (the last
             lines of a failed rank are still part of its error).
+        rdzv_timeout: seconds each node waits for all nodes to arrive (default 300) before
+            raising :class:`NodesMissingError` naming the missing nodes, ranks and address;
+            ``rdzv_conf["join_timeout"]`` (c10d) or ``["timeout"]`` (static) take precedence.
 
     Returns:
-        A :class:`LaunchResult` with each rank's return value (tensors moved to the CPU).
+        A :class:`LaunchResult` with each rank's return value (tensors moved to the CPU); with
+        several nodes, the values of this node's processes, in local-rank order.
 
     Raises:
         TypeError, ValueError: bad input, naming the parameter, the value and what is allowed.
@@ -101,13 +117,17 @@ def notebook_launcher(
         WorkersFailedError: a rank died or raised an exception that cannot be rebuilt here.
         LaunchTimeoutError, WorkerStalledError: ``timeout`` or ``stall_timeout`` expired.
         KeyboardInterrupt: the kernel was interrupted; every worker has been stopped.
+        NodesMissingError: a node did not arrive within ``rdzv_timeout``.
+        RemoteNodeFailedError: another node failed or stopped; this node's ranks were stopped.
         Any exception a rank raised, rebuilt with its own type, its notes naming the rank.
 
     Note:
         Unlike Accelerate's launcher this one returns the results, picks a free port when the
         requested one is taken on a single node, stops every rank as soon as one fails, and
         keyword-only extras (``start_method``, ``timeout``, ``stall_timeout``,
-        ``threads_per_process``, ``output``) control supervision.
+        ``threads_per_process``, ``output``, ``rdzv_timeout``) control supervision. With several
+        nodes, a failure on one node stops every node and is reported on each, and the
+        rendezvous listens only on the address it was given.
 
     Example:
         >>> def train(lr):
@@ -118,8 +138,6 @@ def notebook_launcher(
     """
     check_function(function)
     call_args = check_args(args)
-    if rdzv_conf is not None and not isinstance(rdzv_conf, dict):
-        raise TypeError(f"rdzv_conf={rdzv_conf!r} is not valid: expected a dict or None")
     xla = detect_xla()  # a TPU host: replicas through xmp.spawn, one per core by default
     gpus = xla.replicas if xla.usable else cuda_device_count()
     plan = make_plan(
@@ -142,6 +160,8 @@ def notebook_launcher(
         output=output,
         device="xla" if xla.usable else "cuda" if gpus else "cpu",
         gpu_count=gpus,
+        rdzv_conf=rdzv_conf,
+        rdzv_timeout=rdzv_timeout,
     )
     return launch(function, call_args, plan)
 
@@ -195,24 +215,32 @@ def launch(
     sink = OutputSink(plan.output, lambda rank: plan.prefix(rank, rank % plan.num_processes))
     started = time.monotonic()
     deadline = None if plan.timeout is None else started + plan.timeout
-    for restart in range(plan.max_restarts + 1):
-        try:
-            payloads = _attempt(plan, launcher, payload, restart, deadline, sink, listeners)
-        except AttemptFailed as failed:
-            if restart < plan.max_restarts:
-                sink.notice(
-                    f"notebook_launcher: {failed.summary}; restarting all {plan.world_size} "
-                    f"processes (restart {restart + 1} of {plan.max_restarts})"
+    rendezvous = open_rendezvous(plan, sink.notice)  # shared by the nodes of a multi-node launch
+    try:
+        for restart in range(plan.max_restarts + 1):
+            try:
+                payloads = _attempt(
+                    plan, rendezvous, launcher, payload, restart, deadline, sink, listeners
                 )
-                continue
-            raise failed.error from failed.error.__cause__
-        values = [pickle.loads(p) for p in payloads]
-        return LaunchResult(values, restarts=restart, duration=time.monotonic() - started)
+            except AttemptFailed as failed:
+                if restart < plan.max_restarts:
+                    sink.notice(
+                        f"notebook_launcher: {failed.summary}; restarting all {plan.world_size} "
+                        f"processes (restart {restart + 1} of {plan.max_restarts})"
+                    )
+                    continue
+                raise failed.error from failed.error.__cause__
+            values = [pickle.loads(p) for p in payloads]
+            return LaunchResult(values, restarts=restart, duration=time.monotonic() - started)
+    finally:
+        with interrupts_deferred():
+            rendezvous.close()
     raise AssertionError("unreachable")
 
 
 def _attempt(
     plan: LaunchPlan,
+    rendezvous: Any,
     launcher: Launcher,
     payload: Any,
     restart: int,
@@ -220,23 +248,33 @@ def _attempt(
     sink: OutputSink,
     listeners: tuple[Callable[[object], None], ...],
 ) -> list[bytes]:
-    store = KernelStore(plan.master_addr, plan.requested_port, plan.exact_port)
-    handles: list[WorkerHandle] = []
-    supervisor = None
-    try:
-        for local_rank in range(plan.num_processes):
-            spec = _spec(plan, local_rank, store.port, restart)
-            with interrupts_deferred():  # a started worker is always recorded, so torn down
-                handles.append(launcher.start(spec, payload, time.monotonic()))
-        supervisor = Supervisor(handles, sink, plan.stall_timeout, plan.monitor_interval, listeners)
-        return supervisor.run(deadline)
-    finally:
-        with interrupts_deferred():
-            # Whatever happened, nothing of this attempt survives it.
-            if supervisor is None:
-                supervisor = Supervisor(handles, sink, plan.stall_timeout, 0.1, listeners)
-            supervisor.teardown()
-            store.close()
+    # Joins the other nodes of a multi-node launch first; tells them if this attempt fails.
+    with rendezvous.attempt(restart) as attempt:
+        plan = attempt.plan  # a c10d rendezvous assigns this node's rank
+        handles: list[WorkerHandle] = []
+        supervisor = None
+        try:
+            for local_rank in range(plan.num_processes):
+                spec = _spec(plan, local_rank, attempt.port, restart)
+                with interrupts_deferred():  # a started worker is always recorded, so torn down
+                    handles.append(launcher.start(spec, payload, time.monotonic()))
+            supervisor = Supervisor(
+                handles,
+                sink,
+                plan.stall_timeout,
+                plan.monitor_interval,
+                listeners,
+                watch=attempt.watch,
+            )
+            payloads = supervisor.run(deadline)
+        finally:
+            with interrupts_deferred():
+                # Whatever happened, nothing of this attempt survives it.
+                if supervisor is None:
+                    supervisor = Supervisor(handles, sink, plan.stall_timeout, 0.1, listeners)
+                supervisor.teardown()
+        attempt.finish(deadline)  # multi-node: the other nodes' ranks have returned too
+        return payloads
 
 
 def _spec(plan: LaunchPlan, local_rank: int, port: int, restart: int) -> WorkerSpec:

@@ -30,6 +30,7 @@ class WorkerHandle:
     last_alive: float = 0.0
     cpu_seen: float = 0.0
     capture: list[str] | None = field(default=None, repr=False)
+    node_rank: int | None = None  # set in multi-node launches, for failure reports
 
     @property
     def exited(self) -> bool:
@@ -94,4 +95,5 @@ class Launcher(ABC):
             pid=process.pid,
             started_at=now,
             last_alive=now,
+            node_rank=spec.context.node_rank if spec.context.num_nodes > 1 else None,
         )

@@ -51,13 +51,15 @@ class WorkerFailure:
     traceback: str
     last_lines: tuple[str, ...] = ()
     payload: bytes | None = field(default=None, repr=False)
+    node_rank: int | None = None  # set in multi-node launches
 
     @property
     def exit(self) -> str:
         return exit_description(self.exitcode)
 
     def headline(self) -> str:
-        where = f"rank {self.rank} (local rank {self.local_rank}, pid {self.pid})"
+        node = "" if self.node_rank is None else f"node {self.node_rank}, "
+        where = f"rank {self.rank} ({node}local rank {self.local_rank}, pid {self.pid})"
         if self.exc_type is None:
             return f"{where} died with {self.exit}: {self.message}"
         short = self.exc_type.rsplit(".", 1)[-1]
@@ -121,6 +123,52 @@ class WorkerStalledError(LaunchTimeoutError):
         self.ranks = ranks
 
 
+class NodesMissingError(LaunchError, TimeoutError):
+    """A multi-node launch gave up waiting for other nodes to arrive at the rendezvous.
+
+    ``missing_nodes`` lists the node ranks that did not arrive (empty when the rendezvous assigns
+    node ranks, as c10d does), ``missing_ranks`` their global ranks, ``endpoint`` the
+    ``host:port`` of the rendezvous and ``waited`` the seconds waited.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        missing_nodes: tuple[int, ...],
+        missing_ranks: tuple[int, ...],
+        endpoint: str,
+        waited: float,
+    ) -> None:
+        super().__init__(message)
+        self.missing_nodes = missing_nodes
+        self.missing_ranks = missing_ranks
+        self.endpoint = endpoint
+        self.waited = waited
+
+
+class RemoteNodeFailedError(LaunchError):
+    """Another node of a multi-node launch failed or stopped, so this node's ranks were stopped.
+
+    ``node_rank`` is the node that failed (None if it could not say), ``summary`` one line about
+    its failure and ``report`` what that node reported (the failed rank, its exception and
+    traceback, its last lines), ``stopped`` the global ranks of this node that were stopped.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        node_rank: int | None,
+        summary: str,
+        report: str = "",
+        stopped: tuple[int, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.node_rank = node_rank
+        self.summary = summary
+        self.report = report
+        self.stopped = stopped
+
+
 class AttemptFailed(Exception):
     """Internal: one attempt ended in a failure that a restart may cure.
 
@@ -131,6 +179,18 @@ class AttemptFailed(Exception):
         super().__init__(summary)
         self.error = error
         self.summary = summary
+
+
+SECONDARY_MARKS = ("connection closed by peer", "connection reset", "broken pipe")
+
+
+def looks_secondary(exc_type: str, message: str) -> bool:
+    """Whether an exception looks like the consequence of a peer going away (a collective whose
+    other side died) rather than a failure of its own."""
+    if "DistBackendError" in exc_type or "DistNetworkError" in exc_type:
+        return True
+    text = message.lower()
+    return any(mark in text for mark in SECONDARY_MARKS)
 
 
 def failure_to_raise(failure: WorkerFailure, stopped: tuple[int, ...]) -> BaseException:

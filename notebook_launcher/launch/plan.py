@@ -6,12 +6,16 @@ import math
 from dataclasses import dataclass
 
 from ..utils.environment import available_cpu_count
+from .rdzv_options import check_rdzv_conf, format_endpoint, node_wait, parse_endpoint
 
 MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16", "fp8")
 START_METHODS = ("fork", "spawn")
 RDZV_BACKENDS = ("static", "c10d")
 OUTPUT_CHOICES = ("all", "main", "none")
 DEFAULT_PREFIX_TEMPLATE = "[rank{rank}] "
+DEFAULT_MULTINODE_PREFIX_TEMPLATE = "[node{node_rank}:{local_rank} rank{rank}] "
+DEFAULT_RDZV_TIMEOUT = 300.0  # seconds every node waits for the others to arrive
+LOOPBACK = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -24,7 +28,7 @@ class LaunchPlan:
     start_method: str
     device: str  # "cpu", "cuda" or "xla"
     mixed_precision: str
-    master_addr: str
+    master_addr: str  # where the workers find the store; 127.0.0.1 for one node
     requested_port: int
     exact_port: bool  # multi-node jobs must use the port every node was told
     rdzv_backend: str
@@ -36,17 +40,31 @@ class LaunchPlan:
     threads_per_process: int
     output: str
     log_line_prefix_template: str
+    rdzv_endpoint: str = ""  # "host:port" of the c10d rendezvous; "" for static
+    rdzv_conf: tuple[tuple[str, object], ...] = ()  # sorted items of rdzv_conf
+    rdzv_timeout: float = DEFAULT_RDZV_TIMEOUT
 
     @property
     def world_size(self) -> int:
         return self.num_processes * self.num_nodes
 
+    @property
+    def multi_node(self) -> bool:
+        return self.num_nodes > 1
+
     def global_rank(self, local_rank: int) -> int:
         return self.node_rank * self.num_processes + local_rank
 
+    def node_ranks(self, node_rank: int) -> range:
+        """The global ranks of the processes of node ``node_rank``."""
+        return range(node_rank * self.num_processes, (node_rank + 1) * self.num_processes)
+
     def prefix(self, rank: int, local_rank: int) -> str:
         return self.log_line_prefix_template.format(
-            rank=rank, local_rank=local_rank, node_rank=self.node_rank, role_name="default"
+            rank=rank,
+            local_rank=local_rank,
+            node_rank=rank // self.num_processes,
+            role_name="default",
         )
 
 
@@ -92,9 +110,9 @@ def _port(value: object) -> int:
     return port
 
 
-def _prefix_template(value: object) -> str:
+def _prefix_template(value: object, multi_node: bool) -> str:
     if value is None:
-        return DEFAULT_PREFIX_TEMPLATE
+        return DEFAULT_MULTINODE_PREFIX_TEMPLATE if multi_node else DEFAULT_PREFIX_TEMPLATE
     if not isinstance(value, str):
         raise _bad(
             "log_line_prefix_template", value, "expected a str such as '[rank{rank}] ' or None"
@@ -147,12 +165,16 @@ def make_plan(
     output: object,
     device: str,
     gpu_count: int,
+    rdzv_conf: object = None,
+    rdzv_timeout: object = DEFAULT_RDZV_TIMEOUT,
 ) -> LaunchPlan:
     """Validate user input and decide everything a launch needs.
 
+    A single-node plan keeps the rendezvous on 127.0.0.1 whatever ``master_addr`` says; the
+    rendezvous settings only matter with ``num_nodes > 1``.
+
     Raises:
-        ValueError: naming the parameter, the value received and what is allowed.
-        NotImplementedError: for multi-node launches, which this version does not run.
+        ValueError, TypeError: naming the parameter, the value received and what is allowed.
     """
     if num_processes is None:
         if device != "cpu" and gpu_count > 0:  # every GPU, or every XLA device (TPU core)
@@ -169,18 +191,22 @@ def make_plan(
     nrank = _int("node_rank", node_rank, 0)
     if nrank >= nnodes:
         raise _bad("node_rank", nrank, f"expected 0 <= node_rank < num_nodes={nnodes}")
-    if nnodes > 1:
-        raise NotImplementedError(
-            f"num_nodes={nnodes}: multi-node launches are not supported by this version; "
-            "use num_nodes=1"
-        )
     rdzv = _choice("rdzv_backend", rdzv_backend, RDZV_BACKENDS)
-    if not isinstance(rdzv_endpoint, str):
-        raise _bad("rdzv_endpoint", rdzv_endpoint, "expected a 'host:port' string or ''")
-    if not isinstance(master_addr, str) or not master_addr:
+    if not isinstance(master_addr, str) or not master_addr.strip():
         raise _bad("master_addr", master_addr, "expected a host name or IP address string")
-    if not isinstance(rdzv_id, str):
-        raise _bad("rdzv_id", rdzv_id, "expected a str")
+    if not isinstance(rdzv_id, str) or not rdzv_id:
+        raise _bad("rdzv_id", rdzv_id, "expected a non-empty str (the job id)")
+    port = _port(use_port)
+    host, endpoint_port = parse_endpoint(rdzv_endpoint, master_addr.strip(), port)
+    conf = check_rdzv_conf(rdzv_conf, rdzv, nrank)
+    wait = _seconds("rdzv_timeout", rdzv_timeout, allow_none=False)
+    if nnodes > 1 and (port if rdzv == "static" else endpoint_port) == 0:
+        where = "use_port" if rdzv == "static" or not rdzv_endpoint.strip() else "rdzv_endpoint"
+        raise _bad(
+            where,
+            use_port if where == "use_port" else rdzv_endpoint,
+            "a multi-node launch needs the fixed port every node was told (1 to 65535), not 0",
+        )
     method = _choice("start_method", start_method, START_METHODS)
     if device == "xla":  # replicas are started by torch_xla's xmp.spawn, which forks
         method = _xla_method(nprocs, nnodes, gpu_count, mixed_precision)
@@ -195,8 +221,8 @@ def make_plan(
         start_method=method,
         device=device,
         mixed_precision=_choice("mixed_precision", mixed_precision, MIXED_PRECISION_CHOICES),
-        master_addr=master_addr,
-        requested_port=_port(use_port),
+        master_addr=master_addr.strip() if nnodes > 1 else LOOPBACK,
+        requested_port=port,
         exact_port=nnodes > 1,
         rdzv_backend=rdzv,
         rdzv_id=rdzv_id,
@@ -206,5 +232,8 @@ def make_plan(
         stall_timeout=_seconds("stall_timeout", stall_timeout),
         threads_per_process=threads,
         output=_choice("output", output, OUTPUT_CHOICES),
-        log_line_prefix_template=_prefix_template(log_line_prefix_template),
+        log_line_prefix_template=_prefix_template(log_line_prefix_template, nnodes > 1),
+        rdzv_endpoint=format_endpoint(host, endpoint_port) if rdzv == "c10d" else "",
+        rdzv_conf=conf,
+        rdzv_timeout=node_wait(conf, rdzv, wait),
     )

@@ -1,39 +1,186 @@
-"""The rendezvous store, hosted by the kernel for the length of one attempt."""
+"""The rendezvous store: a torch TCPStore bound to exactly the address it is given."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
+import socket
+import time
 from datetime import timedelta
+from typing import Any
 
 STORE_TIMEOUT = timedelta(minutes=30)  # torch's own default for process-group setup
+LOOPBACK = "127.0.0.1"
+LISTEN_BACKLOG = 2048
+CONNECT_PROBE_EVERY = 0.2  # seconds between attempts to reach a store that is not up yet
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on exactly ``host:port`` (``port=0``: a free port on ``host``).
+
+    torch's TCPStore server listens on every interface when it opens the socket itself; handing
+    it this socket (``master_listen_fd``) keeps the rendezvous on the interface it was given.
+
+    Raises:
+        OSError: the address cannot be bound (taken, not an address of this machine ...).
+    """
+    error: OSError | None = None
+    for family, kind, proto, _, address in socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+    ):
+        sock = socket.socket(family, kind, proto)
+        try:
+            # Lets a relaunch reuse a port whose old connections are in TIME_WAIT; Linux still
+            # refuses the bind while any other socket listens on the port.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(LISTEN_BACKLOG)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+    raise error or OSError(errno.EADDRNOTAVAIL, f"no address found for {host!r}")
+
+
+def host_store(host: str, port: int, timeout: timedelta = STORE_TIMEOUT) -> Any:
+    """Start a TCPStore server listening on exactly ``host:port``.
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
+    import torch.distributed as dist
+
+    sock = bind_listener(host, port)
+    bound_port = sock.getsockname()[1]
+    fd = sock.detach()  # the store owns the socket from here and closes it when destroyed
+    try:
+        return dist.TCPStore(
+            host,
+            bound_port,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=timeout,
+            master_listen_fd=fd,
+        )
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        raise
+
+
+def is_address_in_use(exc: OSError) -> bool:
+    return exc.errno == errno.EADDRINUSE or "in use" in str(exc)
+
+
+def connect_store(host: str, port: int, deadline: float, timeout: timedelta = STORE_TIMEOUT) -> Any:
+    """Connect to the TCPStore at ``host:port`` as a client, waiting for it until ``deadline``.
+
+    The address is probed with a plain socket first, so waiting for a store that is not up yet
+    prints nothing and a kernel interrupt is handled between probes.
+
+    Returns:
+        The client store, or None if nothing accepted a connection before ``deadline``
+        (``time.monotonic()`` seconds).
+    """
+    import torch.distributed as dist
+
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host, port), timeout=max(0.05, min(1.0, left))):
+                pass
+            break
+        except OSError:
+            if left <= 0:
+                return None
+            time.sleep(min(CONNECT_PROBE_EVERY, max(0.0, deadline - time.monotonic())))
+    return dist.TCPStore(host, port, is_master=False, timeout=timeout)
 
 
 class KernelStore:
     """A TCPStore server owned by the kernel, as torchrun's agent owns one.
 
     Workers connect to it as clients (``TORCHELASTIC_USE_AGENT_STORE``), so no worker binds a
-    port and no port can stay bound once the kernel closes the store. When the requested port
-    is taken and the job is single-node, the operating system picks a free one instead: two
-    kernels launching at once, or a port left bound by another program, cannot collide.
+    port and no port can stay bound once the kernel closes the store. The server listens on
+    ``host`` only (a single-node launch: 127.0.0.1). When the requested port is taken and the
+    job is single-node, the operating system picks a free one instead: two kernels launching at
+    once, or a port left bound by another program, cannot collide.
     """
 
     def __init__(self, host: str, port: int, exact: bool) -> None:
-        import torch.distributed as dist
-
         try:
-            self._store = dist.TCPStore(
-                host, port, is_master=True, wait_for_workers=False, timeout=STORE_TIMEOUT
-            )
-        except (RuntimeError, OSError) as exc:
-            if exact or "EADDRINUSE" not in str(exc) and "in use" not in str(exc):
+            self._store = host_store(host, port)
+        except OSError as exc:
+            if exact or not is_address_in_use(exc):
                 raise OSError(
                     f"use_port={port}: cannot listen on {host}:{port} for the rendezvous ({exc})"
                 ) from exc
-            self._store = dist.TCPStore(
-                host, 0, is_master=True, wait_for_workers=False, timeout=STORE_TIMEOUT
-            )
+            self._store = host_store(host, 0)
         self.port = self._store.port
         self.requested_port = port
+
+    @property
+    def store(self) -> Any:
+        """The server's own store object (None once closed)."""
+        return self._store
 
     def close(self) -> None:
         """Stop listening. Idempotent."""
         self._store = None
+
+
+class Attempt:
+    """One attempt of a launch as this node sees it: where the workers meet, and the hooks a
+    multi-node launch uses to start and stop together with the other nodes.
+
+    Attributes:
+        plan: the plan of this attempt (in a c10d launch the rendezvous assigns ``node_rank``).
+        port: the port of the store the workers connect to.
+    """
+
+    def __init__(self, plan: Any, port: int) -> None:
+        self.plan = plan
+        self.port = port
+
+    def watch(self) -> BaseException | None:
+        """Checked by the supervisor on every turn: an exception to stop this node with, or None."""
+        return None
+
+    def finish(self, deadline: float | None) -> None:
+        """This node's ranks all returned: wait until the other nodes' ranks have too."""
+
+
+class LocalRendezvous:
+    """The rendezvous of a single-node launch: a fresh kernel-hosted store for each attempt."""
+
+    def __init__(self, plan: Any) -> None:
+        self.plan = plan
+
+    @contextlib.contextmanager
+    def attempt(self, restart: int):
+        """Open the store for attempt ``restart``; it stops listening when the attempt ends."""
+        store = KernelStore(self.plan.master_addr, self.plan.requested_port, self.plan.exact_port)
+        try:
+            yield Attempt(self.plan, store.port)
+        finally:
+            store.close()
+
+    def close(self) -> None:
+        """Nothing outlives an attempt on one node."""
+
+
+def open_rendezvous(plan: Any, notice: Any) -> Any:
+    """The rendezvous for ``plan``: local on one node, shared with the other nodes otherwise.
+
+    Args:
+        plan: the validated :class:`LaunchPlan`.
+        notice: called with each line the launcher has to say in the cell (waiting, restarts).
+    """
+    if not plan.multi_node:
+        return LocalRendezvous(plan)
+    from .node_group import open_node_group
+
+    return open_node_group(plan, notice)

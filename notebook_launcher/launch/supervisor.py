@@ -41,6 +41,8 @@ class Supervisor:
         stall_timeout: seconds without output, events or CPU use after which a rank is stalled.
         monitor_interval: the longest the loop sleeps between checks.
         listeners: extra consumers of every event (notebook panels, tests).
+        watch: called on every turn of the loop; when it returns an exception, every worker is
+            stopped and that exception raised (multi-node launches: another node failed).
     """
 
     def __init__(
@@ -51,8 +53,10 @@ class Supervisor:
         monitor_interval: float,
         listeners: tuple[Callable[[object], None], ...] = (),
         clock: Callable[[], float] = time.monotonic,
+        watch: Callable[[], BaseException | None] | None = None,
     ) -> None:
         self.handles = handles
+        self.watch = watch
         self.sink = sink
         self.stall_timeout = stall_timeout
         self.monitor_interval = monitor_interval
@@ -81,6 +85,10 @@ class Supervisor:
                 self._finish()
                 return [h.result for h in self.handles]
             now = self.clock()
+            stop_for = self.watch() if self.watch is not None else None
+            if stop_for is not None:
+                self.teardown()
+                raise stop_for
             if deadline is not None and now >= deadline:
                 raise self._timeout(now, deadline)
             stalled = self._stalled(now)
@@ -196,6 +204,7 @@ class Supervisor:
                 message=message,
                 traceback="\n".join(trim_kernel_frames(self.sink.crash_report(handle.rank))),
                 last_lines=self.sink.tail(handle.rank),
+                node_rank=handle.node_rank,
             )
         return WorkerFailure(
             rank=handle.rank,
@@ -207,6 +216,7 @@ class Supervisor:
             traceback=event.traceback,
             last_lines=self.sink.tail(handle.rank),
             payload=event.payload,
+            node_rank=handle.node_rank,
         )
 
     def _stalled(self, now: float) -> list[WorkerHandle]:
