@@ -42,7 +42,9 @@ class AcceleratorTraining:
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """``loss.backward()``, divided by the accumulation steps and scaled under fp16."""
-        loss = loss / self.gradient_accumulation_steps
+        steps = self.gradient_accumulation_steps
+        if steps != 1:  # dividing by 1 changes nothing but costs an op and its backward
+            loss = loss / steps
         if self.scaler is not None:
             self.scaler.scale(loss).backward(**kwargs)
         else:
