@@ -62,7 +62,7 @@ class GradientState:
         return (
             f"Sync Gradients: {self.sync_gradients}\n"
             f"At end of current dataloader: {self.end_of_dataloader}\n"
-            f"Extra samples added: {self.remainder}\n"
+            f"Real samples in the last batch: {self.remainder}\n"
             f"Gradient accumulation plugin: {self.plugin_kwargs}\n"
         )
 
@@ -121,7 +121,12 @@ class GradientState:
 
     @property
     def remainder(self) -> int:
-        """Samples added to the active loader's last batch to even it out (-1 outside one)."""
+        """Real samples in the active loader's last global batch (the rest is padding).
+
+        0 when the dataset divides evenly into global batches; -1 outside a loader, with
+        ``drop_last`` or when the length is unknown. ``gather_for_metrics`` keeps
+        ``data[:remainder]`` of the last batch.
+        """
         if not self.in_dataloader:
             return -1
         return self.active_dataloader.remainder
