@@ -13,7 +13,9 @@ from .kwargs import (
 )
 from .launch import (
     LaunchError,
+    LaunchHandle,
     LaunchResult,
+    LaunchStoppedError,
     LaunchTimeoutError,
     NodesMissingError,
     PreflightError,
@@ -22,6 +24,7 @@ from .launch import (
     WorkersFailedError,
     WorkerStalledError,
     debug_launcher,
+    launch_in_background,
     notebook_launcher,
 )
 from .ops import (
@@ -51,9 +54,11 @@ from .ops import (
     wait_for_everyone,
 )
 from .optimizer import AcceleratedOptimizer
+from .panel import LaunchPanel
 from .scheduler import AcceleratedScheduler
 from .state import DistributedType, PartialState
 from .trackers import GeneralTracker
+from .tracking import Progress, log, progress, set_status
 
 __version__ = "0.1.0"
 
@@ -71,12 +76,16 @@ __all__ = [
     "GradScalerKwargs",
     "InitProcessGroupKwargs",
     "LaunchError",
+    "LaunchHandle",
+    "LaunchPanel",
     "LaunchResult",
+    "LaunchStoppedError",
     "LaunchTimeoutError",
     "NodesMissingError",
     "PartialState",
     "PreflightError",
     "ProfileKwargs",
+    "Progress",
     "ProjectConfiguration",
     "RemoteNodeFailedError",
     "WorkerFailure",
@@ -95,16 +104,20 @@ __all__ = [
     "get_max_layer_size",
     "honor_type",
     "is_torch_tensor",
+    "launch_in_background",
     "listify",
+    "log",
     "notebook_launcher",
     "offload_state_dict",
     "pad_across_processes",
     "prepare_data_loader",
+    "progress",
     "recursively_apply",
     "reduce",
     "save",
     "send_to_device",
     "set_seed",
+    "set_status",
     "skip_first_batches",
     "synchronize_rng_state",
     "synchronize_rng_states",

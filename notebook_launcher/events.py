@@ -60,4 +60,45 @@ class WorkerExited:
     exitcode: int | None
 
 
-WorkerEvent = WorkerStarted | WorkerFinished | WorkerFailed
+@dataclass(frozen=True)
+class WorkerStopped:
+    """The kernel stopped a rank that was still running (another rank failed, a timeout, a stall,
+    an interrupt or a stop request); ``reason`` says which."""
+
+    rank: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class TrackingBatch:
+    """What a rank reported through :mod:`notebook_launcher.tracking` since its last batch.
+
+    Sent by a background thread of the worker about ten times a second, and once more before the
+    worker reports its result or failure, so nothing logged before a normal exit is lost.
+
+    ``metrics`` holds ``(step, {name: value})`` records in the order they were logged (``step``
+    None: the rank did not give one). ``progress`` is the latest ``(description, done, total,
+    elapsed seconds)`` of the rank's active progress bar, ``status`` its latest status text and
+    ``memory`` the bytes of device memory it holds, each None when unchanged or unknown.
+    """
+
+    rank: int
+    metrics: tuple[tuple[int | float | None, dict[str, float]], ...] = ()
+    progress: tuple[str | None, int, int | None, float] | None = None
+    status: str | None = None
+    memory: int | None = None
+
+
+@dataclass(frozen=True)
+class SupervisorTick:
+    """The supervisor is still watching (sent a few times a second, made in the kernel).
+
+    ``last_alive`` pairs each rank with the kernel's monotonic time of its last sign of life
+    (output, events or CPU use), so views can say how long each rank has been quiet.
+    """
+
+    time: float
+    last_alive: tuple[tuple[int, float], ...] = ()
+
+
+WorkerEvent = WorkerStarted | WorkerFinished | WorkerFailed | TrackingBatch

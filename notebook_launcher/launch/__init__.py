@@ -1,8 +1,10 @@
 """Everything that runs in the kernel to start and watch worker processes."""
 
 from .api import debug_launcher, launch, notebook_launcher
+from .background import LaunchHandle, launch_in_background
 from .errors import (
     LaunchError,
+    LaunchStoppedError,
     LaunchTimeoutError,
     NodesMissingError,
     PreflightError,
@@ -15,7 +17,9 @@ from .result import LaunchResult
 
 __all__ = [
     "LaunchError",
+    "LaunchHandle",
     "LaunchResult",
+    "LaunchStoppedError",
     "LaunchTimeoutError",
     "NodesMissingError",
     "PreflightError",
@@ -25,5 +29,6 @@ __all__ = [
     "WorkersFailedError",
     "debug_launcher",
     "launch",
+    "launch_in_background",
     "notebook_launcher",
 ]

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import pickle
+import threading
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
+from ..ui import check_ui
 from ..utils.environment import cuda_device_count
 from .base import Launcher, WorkerHandle
 from .context import WorkerContext
@@ -24,6 +27,12 @@ from .supervisor import Supervisor
 from .worker import WorkerSpec
 from .xla import XlaLauncher
 from .xla_env import detect_xla
+
+# How notebook_launcher runs a validated launch: None runs it here and now (blocking); a launch
+# in the background sets a runner that starts a supervising thread instead.
+_RUNNER: ContextVar[Callable[..., Any] | None] = ContextVar(
+    "notebook_launcher_runner", default=None
+)
 
 LAUNCHERS: dict[str, type[Launcher]] = {
     "fork": ForkLauncher,
@@ -55,6 +64,7 @@ def notebook_launcher(
     stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
     threads_per_process: int | None = None,
     output: str = "all",
+    ui: str = "auto",
     rdzv_timeout: float = DEFAULT_RDZV_TIMEOUT,
 ) -> LaunchResult:
     """Run ``function(*args)`` in ``num_processes`` worker processes and return every result.
@@ -103,6 +113,10 @@ def notebook_launcher(
             by the number of processes, so ranks do not fight over cores.
         output: "all" shows every rank's output, "main" only rank 0's, "none" nothing (the last
             lines of a failed rank are still part of its error).
+        ui: live status and metrics while the run goes on: "widgets" (a status table and charts
+            in the cell), "console" (plain-text status on stderr, rarely), "none", or "auto"
+            (default: widgets in a Jupyter kernel, else the console). Worker output is shown
+            as ``output`` says in every mode.
         rdzv_timeout: seconds each node waits for all nodes to arrive (default 300) before
             raising :class:`NodesMissingError` naming the missing nodes, ranks and address;
             ``rdzv_conf["join_timeout"]`` (c10d) or ``["timeout"]`` (static) take precedence.
@@ -138,6 +152,7 @@ def notebook_launcher(
     """
     check_function(function)
     call_args = check_args(args)
+    check_ui(ui)
     xla = detect_xla()  # a TPU host: replicas through xmp.spawn, one per core by default
     gpus = xla.replicas if xla.usable else cuda_device_count()
     plan = make_plan(
@@ -163,7 +178,7 @@ def notebook_launcher(
         rdzv_conf=rdzv_conf,
         rdzv_timeout=rdzv_timeout,
     )
-    return launch(function, call_args, plan)
+    return _run_with_ui(function, call_args, plan, ui)
 
 
 def debug_launcher(function: Callable[..., Any], args: tuple = (), num_processes: int = 2):
@@ -206,13 +221,25 @@ def launch(
     args: tuple,
     plan: LaunchPlan,
     listeners: tuple[Callable[[object], None], ...] = (),
+    stop: threading.Event | None = None,
+    streams: tuple[Any, Any] | None = None,
 ) -> LaunchResult:
-    """Run a validated plan: preflight, start, supervise, restart on failure, collect results."""
+    """Run a validated plan: preflight, start, supervise, restart on failure, collect results.
+
+    ``listeners`` get every event; setting ``stop`` tears the run down (LaunchStoppedError);
+    ``streams`` replace the kernel's stdout and stderr for worker lines.
+    """
     run_preflight(function, args, plan)
     launcher = LAUNCHERS[plan.start_method]()
     launcher.prepare()
     payload = launcher.payload(function, args)
-    sink = OutputSink(plan.output, lambda rank: plan.prefix(rank, rank % plan.num_processes))
+    stdout, stderr = streams or (None, None)
+    sink = OutputSink(
+        plan.output,
+        lambda rank: plan.prefix(rank, rank % plan.num_processes),
+        stdout=stdout,
+        stderr=stderr,
+    )
     started = time.monotonic()
     deadline = None if plan.timeout is None else started + plan.timeout
     rendezvous = open_rendezvous(plan, sink.notice)  # shared by the nodes of a multi-node launch
@@ -220,7 +247,7 @@ def launch(
         for restart in range(plan.max_restarts + 1):
             try:
                 payloads = _attempt(
-                    plan, rendezvous, launcher, payload, restart, deadline, sink, listeners
+                    plan, rendezvous, launcher, payload, restart, deadline, sink, listeners, stop
                 )
             except AttemptFailed as failed:
                 if restart < plan.max_restarts:
@@ -247,6 +274,7 @@ def _attempt(
     deadline: float | None,
     sink: OutputSink,
     listeners: tuple[Callable[[object], None], ...],
+    stop: threading.Event | None = None,
 ) -> list[bytes]:
     # Joins the other nodes of a multi-node launch first; tells them if this attempt fails.
     with rendezvous.attempt(restart) as attempt:
@@ -264,6 +292,7 @@ def _attempt(
                 plan.stall_timeout,
                 plan.monitor_interval,
                 listeners,
+                stop=stop,
                 watch=attempt.watch,
             )
             payloads = supervisor.run(deadline)
@@ -275,6 +304,22 @@ def _attempt(
                 supervisor.teardown()
         attempt.finish(deadline)  # multi-node: the other nodes' ranks have returned too
         return payloads
+
+
+def _run_with_ui(function: Callable[..., Any], args: tuple, plan: LaunchPlan, ui: str) -> Any:
+    """Run the launch with its view (status table, charts or console status) attached."""
+    runner = _RUNNER.get()
+    if runner is not None:
+        return runner(function, args, plan, ui)
+    from ..ui import create_view
+
+    view = create_view(ui, plan.num_processes, plan.output, first_rank=plan.global_rank(0))
+    try:
+        result = launch(function, args, plan, listeners=(view,))
+    finally:
+        view.finish()
+    result.panel = view.panel
+    return result
 
 
 def _spec(plan: LaunchPlan, local_rank: int, port: int, restart: int) -> WorkerSpec:

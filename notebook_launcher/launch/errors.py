@@ -123,6 +123,13 @@ class WorkerStalledError(LaunchTimeoutError):
         self.ranks = ranks
 
 
+class LaunchStoppedError(LaunchError):
+    """The run was stopped on request (``LaunchHandle.stop()`` or a Stop button).
+
+    Every worker has been stopped and nothing of the run is left running.
+    """
+
+
 class NodesMissingError(LaunchError, TimeoutError):
     """A multi-node launch gave up waiting for other nodes to arrive at the rendezvous.
 

@@ -16,10 +16,26 @@ class LaunchResult(Sequence):
         >>> result.main, list(result)
     """
 
-    def __init__(self, values: list[Any], restarts: int, duration: float) -> None:
+    def __init__(
+        self, values: list[Any], restarts: int, duration: float, panel: Any = None
+    ) -> None:
         self.values = list(values)
         self.restarts = restarts
         self.duration = duration
+        self.panel = panel  # the run's final status table and charts (a RunPanel), if kept
+
+    def show(self) -> None:
+        """Draw the run's final status table and metric charts again.
+
+        As widgets in a notebook, as text elsewhere; ``result.panel`` displays them as static
+        HTML (kept in saved and exported notebooks).
+
+        Raises:
+            RuntimeError: the launch kept no panel (``debug_launcher``).
+        """
+        if self.panel is None:
+            raise RuntimeError("this launch kept no panel to show (debug_launcher keeps none)")
+        self.panel.show()
 
     @property
     def main(self) -> Any:

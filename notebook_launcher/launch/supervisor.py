@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
 
 import psutil
 
-from ..events import WorkerExited, WorkerFailed, WorkerFinished, WorkerStarted
+from ..events import (
+    SupervisorTick,
+    WorkerExited,
+    WorkerFailed,
+    WorkerFinished,
+    WorkerStarted,
+    WorkerStopped,
+)
 from .base import WorkerHandle
 from .errors import (
     AttemptFailed,
+    LaunchStoppedError,
     LaunchTimeoutError,
     WorkerFailure,
     WorkerStalledError,
@@ -30,6 +39,7 @@ EXIT_GRACE = 1.0  # how long a rank that reported its failure or result may take
 DRAIN_LIMIT = 1.0  # how long to wait for the last output of stopped workers
 STACK_DUMP_WAIT = 2.0  # how long to wait for every rank's stack after asking for it
 STACK_QUIET = 0.2  # a rank's stack is complete once it has been quiet this long
+TICK_EVERY = 0.1  # seconds between the ticks listeners get while the run goes on
 
 
 class Supervisor:
@@ -41,6 +51,7 @@ class Supervisor:
         stall_timeout: seconds without output, events or CPU use after which a rank is stalled.
         monitor_interval: the longest the loop sleeps between checks.
         listeners: extra consumers of every event (notebook panels, tests).
+        stop: when set, the run is torn down and :class:`LaunchStoppedError` raised.
         watch: called on every turn of the loop; when it returns an exception, every worker is
             stopped and that exception raised (multi-node launches: another node failed).
     """
@@ -53,10 +64,14 @@ class Supervisor:
         monitor_interval: float,
         listeners: tuple[Callable[[object], None], ...] = (),
         clock: Callable[[], float] = time.monotonic,
+        stop: threading.Event | None = None,
         watch: Callable[[], BaseException | None] | None = None,
     ) -> None:
         self.handles = handles
+        self.stop = stop
         self.watch = watch
+        self.stop_reason = "interrupted"  # why teardown stops ranks that still run
+        self._next_tick = clock()
         self.sink = sink
         self.stall_timeout = stall_timeout
         self.monitor_interval = monitor_interval
@@ -85,10 +100,16 @@ class Supervisor:
                 self._finish()
                 return [h.result for h in self.handles]
             now = self.clock()
+            if self.stop is not None and self.stop.is_set():
+                raise self._stopped()
             stop_for = self.watch() if self.watch is not None else None
             if stop_for is not None:
                 self.teardown()
                 raise stop_for
+            if now >= self._next_tick:
+                self._next_tick = now + TICK_EVERY
+                alive = tuple((h.rank, h.last_alive) for h in self.handles)
+                self._publish(SupervisorTick(now, alive))
             if deadline is not None and now >= deadline:
                 raise self._timeout(now, deadline)
             stalled = self._stalled(now)
@@ -186,6 +207,7 @@ class Supervisor:
         for handle in others:
             kill_tree(handle.pid)
             handle.status = "stopped"
+            self._publish(WorkerStopped(handle.rank, f"rank {primary.rank} failed"))
         self._await_exits([primary], EXIT_GRACE)
         self.teardown()
         failure = self._describe(primary)
@@ -248,6 +270,7 @@ class Supervisor:
             "rank legitimately waits that long."
         )
         self._show_stacks(message, stacks)
+        self.stop_reason = "stall_timeout expired"
         self.teardown()
         return WorkerStalledError(message, stacks, ranks)
 
@@ -257,8 +280,16 @@ class Supervisor:
             f"the launch exceeded its timeout; all ranks were stopped. {where_ranks_were(stacks)}"
         )
         self._show_stacks(message, stacks)
+        self.stop_reason = "timeout expired"
         self.teardown()
         return LaunchTimeoutError(message, stacks)
+
+    def _stopped(self) -> BaseException:
+        self.stop_reason = "stop requested"
+        self.teardown()
+        return LaunchStoppedError(
+            f"the launch was stopped on request; all {len(self.handles)} processes were stopped"
+        )
 
     def _collect_stacks(self) -> dict[int, str]:
         """Ask every live rank for its Python stacks (all threads, kernel frames trimmed)."""
@@ -297,6 +328,7 @@ class Supervisor:
             kill_tree(handle.pid)
             if not handle.exited and handle.status in ("starting", "running"):
                 handle.status = "stopped"
+                self._publish(WorkerStopped(handle.rank, self.stop_reason))
         self._await_exits([h for h in self.handles if not h.exited], DRAIN_LIMIT)
         end = self.clock() + DRAIN_LIMIT
         while any(c for c in self._by_conn if c is not self._by_conn[c].events):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..events import WorkerFailed, WorkerFinished, WorkerStarted
+from ..tracking import flush as flush_tracking
 from .context import EventChannel, WorkerContext, set_context
 
 STACK_DUMP_SIGNAL = signal.SIGUSR1
@@ -175,13 +176,24 @@ def _call(spec: WorkerSpec, payload: Any, channel: EventChannel) -> int:
             value = None
         event = _result_event(rank, value)
     except BaseException as exc:  # report everything, KeyboardInterrupt included
+        _send_tracked()
         _flush()
         channel.send(_failure(rank, exc))
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
         return code or 1
+    _send_tracked()
     _flush()
     channel.send(event)
     return 0
+
+
+def _send_tracked() -> None:
+    """Send what the function logged (metrics, progress, status) ahead of its last event, so the
+    kernel holds every value a rank logged before it returned."""
+    try:
+        flush_tracking()
+    except Exception:  # a broken pipe: the last event will fail to send as well
+        pass
 
 
 def _flush() -> None:

@@ -1,0 +1,250 @@
+"""Launching without blocking the kernel: the run is supervised from a background thread.
+
+The thread that starts the workers also supervises them and tears them down, so it lives until
+nothing of the run is left (workers die with the thread that forked them, by design).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextvars
+import threading
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from .api import _RUNNER, launch, notebook_launcher
+from .plan import LaunchPlan
+from .preflight import run_preflight
+from .result import LaunchResult
+
+EXIT_STOP_WAIT = 5.0  # seconds an exiting interpreter waits for each run it stops
+_running: weakref.WeakSet[LaunchHandle] = weakref.WeakSet()
+
+
+class LaunchHandle:
+    """A launch running in the background.
+
+    ``done`` says whether it ended; ``wait()`` blocks until it does and returns the
+    :class:`LaunchResult` (or raises what the launch raised); ``stop()`` stops every worker.
+
+    Attributes:
+        model: the run's live :class:`~notebook_launcher.ui.RunModel`.
+        view: the view drawing it (its ``widget`` is the status table and charts in widgets mode).
+    """
+
+    def __init__(self, view: Any, world_size: int) -> None:
+        self.view = view
+        self.model = view.model
+        self.world_size = world_size
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._result: LaunchResult | None = None
+        self._exception: BaseException | None = None
+        self._callbacks: list[Callable[[LaunchHandle], None]] = []
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    # -- state ------------------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        """True once the run ended (finished, failed or stopped) and every worker is gone."""
+        return self._done.is_set()
+
+    @property
+    def result(self) -> LaunchResult | None:
+        """The :class:`LaunchResult` once the run finished; None while it runs or if it failed."""
+        return self._result
+
+    @property
+    def exception(self) -> BaseException | None:
+        """What the launch raised (a rank's exception, a timeout, LaunchStoppedError), or None."""
+        return self._exception
+
+    @property
+    def status(self) -> str:
+        """ "running", "finished", "failed" or "stopped"."""
+        if not self.done:
+            return "running"
+        if self._exception is None:
+            return "finished"
+        from .errors import LaunchStoppedError
+
+        return "stopped" if isinstance(self._exception, LaunchStoppedError) else "failed"
+
+    @property
+    def panel(self):
+        """The run's status table and charts as a displayable RunPanel (live while it runs)."""
+        return self.view.panel
+
+    # -- control ----------------------------------------------------------------------------------
+
+    def wait(self, timeout: float | None = None) -> LaunchResult:
+        """Block until the run ends; return its result or raise what it raised.
+
+        Args:
+            timeout: seconds to wait at most; None waits as long as the run takes.
+
+        Raises:
+            TimeoutError: the run still runs after ``timeout`` seconds (it keeps running).
+            Whatever the launch raised, as :func:`notebook_launcher` would have.
+        """
+        _check_timeout(timeout)
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"the launch still runs after {timeout:g} s (it keeps running)")
+        if self._exception is not None:
+            raise self._exception
+        assert self._result is not None
+        return self._result
+
+    def stop(self, timeout: float | None = 10.0) -> bool:
+        """Stop every worker and wait until they are gone.
+
+        Args:
+            timeout: seconds to wait for the teardown; None waits until it is done.
+
+        Returns:
+            True once the run has ended (it may have ended on its own before).
+        """
+        _check_timeout(timeout)
+        self._stop.set()
+        return self._done.wait(timeout)
+
+    def add_done_callback(self, callback: Callable[[LaunchHandle], None]) -> None:
+        """Call ``callback(handle)`` once the run ends (at once if it already has).
+
+        Callbacks run in the supervising thread; what they raise is reported as a warning.
+        """
+        if not callable(callback):
+            raise TypeError(f"callback={callback!r} is not valid: expected a callable")
+        with self._lock:
+            if not self.done:
+                self._callbacks.append(callback)
+                return
+        _call_back(callback, self)
+
+    def __repr__(self) -> str:
+        return f"LaunchHandle({self.status}, {self.world_size} processes)"
+
+    # -- the supervising thread -------------------------------------------------------------------
+
+    def _start(self, function: Callable[..., Any], args: tuple, plan: LaunchPlan) -> None:
+        # Run in a copy of the caller's context, so the kernel attributes what the thread
+        # shows to the cell that launched it.
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(
+            target=context.run,
+            args=(self._supervise, function, args, plan),
+            name="notebook_launcher-supervisor",
+            daemon=True,
+        )
+        _running.add(self)
+        self._thread.start()
+
+    def _supervise(self, function: Callable[..., Any], args: tuple, plan: LaunchPlan) -> None:
+        try:
+            result = launch(
+                function,
+                args,
+                plan,
+                listeners=(self.view,),
+                stop=self._stop,
+                streams=self.view.streams,
+            )
+            result.panel = self.view.panel
+            self._result = result
+        except BaseException as exc:  # kept for wait() and .exception
+            self._exception = exc
+        finally:
+            self.view.finish()
+            with self._lock:
+                self._done.set()
+                callbacks, self._callbacks = self._callbacks, []
+            _running.discard(self)
+            for callback in callbacks:
+                _call_back(callback, self)
+
+
+def _call_back(callback: Callable[[LaunchHandle], None], handle: LaunchHandle) -> None:
+    try:
+        callback(handle)
+    except Exception as exc:
+        warnings.warn(
+            f"notebook_launcher: a done callback raised {exc!r}", RuntimeWarning, stacklevel=2
+        )
+
+
+def _check_timeout(timeout: object) -> None:
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise ValueError(f"timeout={timeout!r} is not valid: expected seconds >= 0 or None")
+
+
+def start(
+    function: Callable[..., Any],
+    args: tuple = (),
+    options: dict[str, Any] | None = None,
+    *,
+    show: bool = True,
+) -> LaunchHandle:
+    """Validate like :func:`notebook_launcher` (``options`` are its keywords), then run in the
+    background. ``show=False`` leaves placing the view's widget to the caller (the config panel).
+    """
+
+    def runner(function: Callable[..., Any], args: tuple, plan: LaunchPlan, ui: str):
+        from ..ui import create_view
+
+        run_preflight(function, args, plan)  # refused here, not later in the thread
+        view = create_view(
+            ui,
+            plan.num_processes,
+            plan.output,
+            first_rank=plan.global_rank(0),
+            background=True,
+            show=show,
+        )
+        handle = LaunchHandle(view, plan.num_processes)
+        handle._start(function, args, plan)
+        return handle
+
+    token = _RUNNER.set(runner)
+    try:
+        return notebook_launcher(function, args, **(options or {}))
+    finally:
+        _RUNNER.reset(token)
+
+
+def launch_in_background(
+    function: Callable[..., Any],
+    args: tuple = (),
+    num_processes: int | None = None,
+    **options: Any,
+) -> LaunchHandle:
+    """Start ``function(*args)`` in ``num_processes`` workers and return at once.
+
+    Takes every parameter of :func:`notebook_launcher` (``ui``, ``timeout``, ``output`` ...) and
+    validates them the same way. The run is supervised from a background thread, so the kernel
+    stays free (buttons, other cells) while it goes on. With widgets the status table and charts
+    appear in the calling cell, with the last lines of worker output under them.
+
+    Returns:
+        A :class:`LaunchHandle`: ``wait()``, ``stop()``, ``result``, ``done``, ``exception``.
+
+    Raises:
+        TypeError, ValueError: as :func:`notebook_launcher`, before anything starts.
+
+    Example:
+        >>> handle = launch_in_background(train, args=(3e-4,), num_processes=2)
+        >>> handle.stop()  # or handle.wait() for the LaunchResult
+    """
+    return start(function, args, {"num_processes": num_processes, **options})
+
+
+@atexit.register
+def _stop_running() -> None:
+    """An exiting interpreter stops the runs still going, leaving no worker behind."""
+    for handle in list(_running):
+        handle.stop(EXIT_STOP_WAIT)

@@ -1,0 +1,298 @@
+"""The state of a run as the panels show it: a pure reducer of launcher events into plain data.
+
+:class:`RunModel` knows nothing about widgets or terminals. Feed it every event of a launch with
+:meth:`RunModel.apply`; read ``ranks`` (one :class:`RankState` each) and ``metrics`` (one
+:class:`MetricSeries` per logged name) to draw it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..events import (
+    OutputLine,
+    SupervisorTick,
+    TrackingBatch,
+    WorkerExited,
+    WorkerFailed,
+    WorkerFinished,
+    WorkerStarted,
+    WorkerStopped,
+)
+from .series import MAX_POINTS, MetricSeries
+
+STATES = ("starting", "running", "finished", "failed", "stopped")
+ACTIVE = ("starting", "running")
+MAX_TEXT = 300  # characters kept of an output line, a status or an error
+RATE_SMOOTHING = 0.3  # weight of the newest measurement in a rank's it/s
+
+
+@dataclass
+class RankState:
+    """What the panels show about one rank. Times are the model clock's (monotonic seconds)."""
+
+    rank: int
+    state: str = "starting"
+    pid: int | None = None
+    step: float | None = None  # the latest step it logged metrics at
+    done: int | None = None  # progress: items done, items expected, description
+    total: int | None = None
+    desc: str | None = None
+    rate: float | None = None  # iterations (or steps) per second
+    status: str = ""  # its own status text (set_status)
+    last_alive: float | None = None
+    last_line: str = ""
+    error: str = ""  # first line of its exception, or how its process died
+    stop_reason: str = ""
+    exitcode: int | None = None
+    memory: int | None = None  # bytes of device memory held, where known
+    logged: int = 0  # metric values received from it
+    started: float | None = None
+    ended: float | None = None
+    _progress: tuple[int, float] | None = field(default=None, repr=False)  # (done, elapsed)
+    _stepped: tuple[float, float] | None = field(default=None, repr=False)  # (step, time)
+
+
+class RunModel:
+    """Reduces the events of one launch into per-rank state and metric series.
+
+    Args:
+        world_size: number of ranks shown (this node's processes).
+        output: the launch's output policy ("all", "main" or "none"); output lines of ranks it
+            hides are not kept as their last line.
+        cap: points kept per series.
+        clock: monotonic clock, the same the supervisor uses.
+        first_rank: the global rank of the first process (nonzero on the other nodes of a
+            multi-node launch; events of ranks outside the range are matched by local rank).
+
+    Thread-safe: ``lock`` guards every change; hold it while reading from another thread.
+    """
+
+    def __init__(
+        self,
+        world_size: int,
+        output: str = "all",
+        cap: int = MAX_POINTS,
+        clock: Callable[[], float] = time.monotonic,
+        first_rank: int = 0,
+    ) -> None:
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+            raise ValueError(f"world_size={world_size!r} is not valid: expected an int >= 1")
+        if output not in ("all", "main", "none"):
+            raise ValueError(f"output={output!r} is not valid: allowed are 'all', 'main', 'none'")
+        self.world_size = world_size
+        self.output = output
+        self.cap = cap
+        self.clock = clock
+        self.lock = threading.RLock()
+        self.first_rank = first_rank
+        self.ranks = [RankState(first_rank + index) for index in range(world_size)]
+        self.metrics: dict[str, MetricSeries] = {}
+        self.started = clock()
+        self.ended: float | None = None
+        self.version = 0  # changes with anything shown in the status table
+        self.metrics_version = 0  # changes with any new metric value
+        self._handlers = {
+            WorkerStarted: self._started,
+            WorkerFinished: self._finished,
+            WorkerFailed: self._failed,
+            OutputLine: self._line,
+            WorkerExited: self._exited,
+            WorkerStopped: self._stopped,
+            TrackingBatch: self._batch,
+            SupervisorTick: self._tick,
+        }
+
+    # -- reducing ---------------------------------------------------------------------------------
+
+    def apply(self, event: object, now: float | None = None) -> None:
+        """Fold one event into the state; unknown events and unknown ranks are ignored."""
+        handler = self._handlers.get(type(event))
+        if handler is None:
+            return
+        with self.lock:
+            handler(event, self.clock() if now is None else now)
+
+    def _rank(self, rank: int) -> RankState | None:
+        if not isinstance(rank, int) or rank < 0:
+            return None
+        index = rank - self.first_rank
+        if not 0 <= index < self.world_size:  # a rendezvous numbered this node differently
+            index = rank % self.world_size
+        state = self.ranks[index]
+        state.rank = rank
+        return state
+
+    def _started(self, event: WorkerStarted, now: float) -> None:
+        state = self._rank(event.rank)
+        if state is None:
+            return
+        state.state, state.pid, state.started, state.ended = "running", event.pid, now, None
+        state.error = state.stop_reason = ""
+        state.exitcode = None
+        state.last_alive = now
+        self.ended = None
+        self.version += 1
+
+    def _finished(self, event: WorkerFinished, now: float) -> None:
+        state = self._rank(event.rank)
+        if state is not None:
+            state.state, state.ended, state.last_alive = "finished", now, now
+            self._retire(event.rank, now)
+            self.version += 1
+
+    def _failed(self, event: WorkerFailed, now: float) -> None:
+        state = self._rank(event.rank)
+        if state is None:
+            return
+        kind = event.exc_type.rsplit(".", 1)[-1]
+        first = event.message.strip().splitlines()[0] if event.message.strip() else ""
+        state.state, state.ended, state.last_alive = "failed", now, now
+        state.error = (f"{kind}: {first}" if first else kind)[:MAX_TEXT]
+        self._retire(event.rank, now)
+        self.version += 1
+
+    def _line(self, event: OutputLine, now: float) -> None:
+        state = self._rank(event.rank)
+        if state is None:
+            return
+        state.last_alive = now
+        if self.output == "all" or (self.output == "main" and event.rank == 0):
+            state.last_line = event.text[:MAX_TEXT]
+        self.version += 1
+
+    def _exited(self, event: WorkerExited, now: float) -> None:
+        state = self._rank(event.rank)
+        if state is None:
+            return
+        state.exitcode = event.exitcode
+        if state.state in ACTIVE:
+            state.state, state.ended = "failed", now
+            from ..launch.errors import exit_description  # here: launch imports this module
+
+            state.error = f"the process died ({exit_description(event.exitcode)})"
+            self._retire(event.rank, now)
+        self.version += 1
+
+    def _stopped(self, event: WorkerStopped, now: float) -> None:
+        state = self._rank(event.rank)
+        if state is None or state.state in ("finished", "failed"):
+            return
+        state.state, state.ended = "stopped", now
+        state.stop_reason = event.reason[:MAX_TEXT]
+        self._retire(event.rank, now)
+        self.version += 1
+
+    def _retire(self, rank: int, now: float) -> None:
+        for series in self.metrics.values():
+            series.retire(rank, now)
+
+    def _tick(self, event: SupervisorTick, now: float) -> None:
+        for rank, alive in event.last_alive:
+            state = self._rank(rank)
+            if state is not None and (state.last_alive is None or alive > state.last_alive):
+                state.last_alive = alive
+
+    def _batch(self, event: TrackingBatch, now: float) -> None:
+        state = self._rank(event.rank)
+        if state is None:
+            return
+        state.last_alive = now
+        if event.metrics:
+            self._metrics(state, event.metrics, now)
+        if event.progress is not None:
+            self._progress(state, event.progress)
+        if event.status is not None:
+            state.status = event.status[:MAX_TEXT]
+        if event.memory is not None:
+            state.memory = event.memory
+        self.version += 1
+
+    def _metrics(self, state: RankState, records: tuple, now: float) -> None:
+        metrics = self.metrics
+        rank = state.rank
+        step = None
+        touched = set()
+        for given, values in records:
+            for name, value in values.items():
+                series = metrics.get(name)
+                if series is None:
+                    series = metrics[name] = MetricSeries(
+                        name, self.world_size, self.cap, first_rank=self.first_rank
+                    )
+                step = series.add(rank, given, float(value), now, advance=False)
+                touched.add(series)
+            state.logged += len(values)
+        for series in touched:  # once per batch: finalising steps costs a pass over the ranks
+            series.advance(now)
+        self.metrics_version += 1
+        if step is None:
+            return
+        state.step = step
+        if state.done is None:  # without a progress bar, it/s is steps per second
+            previous = state._stepped
+            if previous is not None and now > previous[1] and step > previous[0]:
+                state.rate = _smooth(state.rate, (step - previous[0]) / (now - previous[1]))
+            state._stepped = (step, now)
+
+    def _progress(self, state: RankState, progress: tuple) -> None:
+        desc, done, total, elapsed = progress
+        previous = state._progress
+        if previous is None or done < previous[0] or desc != state.desc:
+            state.rate = done / elapsed if elapsed > 0 else None  # a new bar
+        elif elapsed > previous[1] and done > previous[0]:
+            state.rate = _smooth(state.rate, (done - previous[0]) / (elapsed - previous[1]))
+        state.desc, state.done, state.total = desc, done, total
+        state._progress = (done, elapsed)
+
+    def finish(self, now: float | None = None) -> None:
+        """The run is over: finalise the across-rank series and stop the clock."""
+        with self.lock:
+            for series in self.metrics.values():
+                series.close()
+            if self.ended is None:
+                self.ended = self.clock() if now is None else now
+            self.version += 1
+            self.metrics_version += 1
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        """How many ranks are in each state, for every state with at least one."""
+        with self.lock:
+            found: dict[str, int] = {}
+            for state in self.ranks:
+                found[state.state] = found.get(state.state, 0) + 1
+        return {name: found[name] for name in STATES if name in found}
+
+    @property
+    def outcome(self) -> str:
+        """ "running" while any rank runs, else "failed", "stopped" or "finished"."""
+        with self.lock:
+            states = {state.state for state in self.ranks}
+        if "failed" in states:
+            return "failed"
+        if states & set(ACTIVE):
+            return "running" if self.ended is None else "stopped"
+        return "stopped" if "stopped" in states else "finished"
+
+    def elapsed(self, now: float | None = None) -> float:
+        end = self.ended if self.ended is not None else (self.clock() if now is None else now)
+        return max(0.0, end - self.started)
+
+    def summary(self) -> str:
+        """One deterministic line: ranks per state and the metric names."""
+        counts = ", ".join(f"{n} {name}" for name, n in self.counts().items())
+        line = f"{self.world_size} {'rank' if self.world_size == 1 else 'ranks'}: {counts}"
+        if self.metrics:
+            line += "; metrics: " + ", ".join(sorted(self.metrics))
+        return line
+
+
+def _smooth(previous: float | None, latest: float) -> float:
+    if previous is None:
+        return latest
+    return previous + RATE_SMOOTHING * (latest - previous)

@@ -1,0 +1,146 @@
+"""The panels in a real kernel: what a launch sends on IOPub (widget comms, display updates)."""
+
+from __future__ import annotations
+
+import json
+import queue
+import time
+
+import pytest
+
+pytestmark = pytest.mark.kernel
+
+TRAIN = r"""
+import os, time
+from notebook_launcher import notebook_launcher, log, progress, set_status
+
+def train(steps):
+    rank = int(os.environ["RANK"])
+    set_status("training")
+    for step in progress(range(steps), desc="train"):
+        log({"loss": 1.0 / (step + 1), "rank": float(rank)}, step=step)
+        if step % 20 == 0:
+            print(f"step {step} <b>of</b> rank {rank}", flush=True)
+        time.sleep(0.02)
+    return rank
+"""
+
+
+def comm_states(messages: list[dict]) -> dict[str, list[dict]]:
+    """Each widget's state updates, by comm id, in order."""
+    found: dict[str, list[dict]] = {}
+    for msg in messages:
+        if msg["msg_type"] == "comm_msg" and msg["content"]["data"].get("method") == "update":
+            found.setdefault(msg["content"]["comm_id"], []).append(msg["content"]["data"]["state"])
+    return found
+
+
+def html_values(messages: list[dict], marker: str) -> list[str]:
+    return [
+        state["value"]
+        for states in comm_states(messages).values()
+        for state in states
+        if marker in state.get("value", "")
+    ]
+
+
+def test_a_blocking_launch_draws_live_panels_and_keeps_output_and_result(kernel):
+    kernel.execute(TRAIN, timeout=30)
+    started = time.monotonic()
+    cell = kernel.execute(
+        "result = notebook_launcher(train, args=(80,), num_processes=2)\nresult", 90
+    )
+    took = time.monotonic() - started
+
+    assert cell.error() is None, cell.output()
+    assert cell.result() == "LaunchResult(2 processes, by rank: {0: 0, 1: 1})"
+    lines = cell.stream("stdout").splitlines()
+    expected = [f"[rank{r}] step {s} <b>of</b> rank {r}" for r in (0, 1) for s in (0, 20, 40, 60)]
+    assert sorted(lines) == sorted(expected)
+    assert cell.stream("stderr") == ""
+
+    opened = [
+        m for m in cell.of_type("comm_open") if m["content"]["target_name"] == "jupyter.widget"
+    ]
+    assert opened, "no widget was created"
+    shown = cell.of_type("display_data")
+    assert len(shown) == 1
+    assert list(shown[0]["content"]["data"]) == ["application/vnd.jupyter.widget-view+json"]
+
+    updates = cell.of_type("comm_msg")
+    assert len(updates) / took < 200, f"{len(updates)} widget messages in {took:.1f} s"
+    assert len(updates) < 100  # about 5 status + 1 chart updates a second, for a few seconds
+
+    tables = html_values(cell.messages, "nl-status")
+    assert any(t.count('data-state="running"') == 2 for t in tables), "never seen running"
+    assert tables[-1].count('data-state="finished"') == 2
+    assert "step 60 &lt;b&gt;of&lt;/b&gt; rank" in "".join(tables)
+    assert "<b>of</b>" not in "".join(tables)
+    charts = html_values(cell.messages, "nl-metrics")
+    assert charts and 'data-metric="loss"' in charts[-1] and 'data-logged="160"' in charts[-1]
+
+    # The output compares equal whatever the timing: nothing but the widget view is displayed.
+    assert not cell.of_type("update_display_data")
+
+    again = kernel.execute("print(result.panel.model.summary()); result.panel", 30)
+    assert again.stream() == "2 ranks: 2 finished; metrics: loss, rank\n"
+    assert again.result() == "RunPanel(2 ranks: 2 finished; metrics: loss, rank)"
+
+
+def test_ui_none_and_console_send_no_widgets(kernel):
+    kernel.execute(TRAIN, timeout=30)
+    for ui in ("none", "console"):
+        cell = kernel.execute(
+            f"notebook_launcher(train, args=(5,), num_processes=2, ui={ui!r})", 90
+        )
+        assert cell.error() is None, cell.output()
+        assert not cell.of_type("comm_open") and not cell.of_type("display_data")
+        console = "notebook_launcher: 2 ranks · 2 finished" in cell.stream("stderr")
+        assert console == (ui == "console")
+
+
+def collect_until_idle(kc, msg_id: str, timeout: float) -> list[dict]:
+    """Every IOPub message (of any cell) until the cell ``msg_id`` is idle."""
+    messages = []
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            msg = kc.get_iopub_msg(timeout=0.5)
+        except queue.Empty:
+            continue
+        messages.append(msg)
+        parent = msg.get("parent_header", {}).get("msg_id")
+        if parent == msg_id and msg["msg_type"] == "status":
+            if msg["content"]["execution_state"] == "idle":
+                return messages
+    raise AssertionError(f"cell did not finish in {timeout} s")
+
+
+def test_a_background_launch_returns_at_once_and_keeps_updating_its_panel(kernel):
+    kernel.execute(TRAIN, timeout=30)
+    first = kernel.execute(
+        "from notebook_launcher import launch_in_background\n"
+        "handle = launch_in_background(train, args=(100,), num_processes=2)\n"
+        "handle",
+        timeout=30,
+    )
+    assert first.error() is None, first.output()
+    assert first.result() == "LaunchHandle(running, 2 processes)"
+    assert first.stream() == ""  # worker lines go under the panel, not into a cell
+    assert len(first.of_type("display_data")) == 1
+
+    kc = kernel.kc
+    second = kc.execute("print(handle.wait(60).values, handle.status)")
+    messages = collect_until_idle(kc, second, 90)
+    from_thread = [m for m in messages if m["parent_header"].get("msg_id") == first.msg_id]
+    tables = html_values(from_thread, "nl-status")
+    assert tables and tables[-1].count('data-state="finished"') == 2
+    logs = html_values(from_thread, "nl-log")
+    assert logs and "[rank1] step 80 &lt;b&gt;of&lt;/b&gt; rank 1" in logs[-1]
+    printed = "".join(
+        m["content"]["text"]
+        for m in messages
+        if m["msg_type"] == "stream" and m["parent_header"].get("msg_id") == second
+    )
+    assert printed == "[0, 1] finished\n"
+    json.dumps([m["content"] for m in from_thread], default=str)  # plain data only
