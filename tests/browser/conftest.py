@@ -1,0 +1,22 @@
+"""Browser tests are skipped, with the reason, where JupyterLab, Playwright or Chromium is missing."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from jupyterlab_helpers import missing  # noqa: E402
+
+REASON = missing()
+
+
+def pytest_collection_modifyitems(config, items):
+    if REASON is None:
+        return
+    for item in items:
+        if "browser" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=REASON))
