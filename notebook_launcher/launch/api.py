@@ -286,6 +286,7 @@ def _attempt(
                 spec = _spec(plan, local_rank, attempt.port, restart)
                 with interrupts_deferred():  # a started worker is always recorded, so torn down
                     handles.append(launcher.start(spec, payload, time.monotonic()))
+            attempt.workers_started()
             supervisor = Supervisor(
                 handles,
                 sink,

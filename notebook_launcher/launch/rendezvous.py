@@ -51,9 +51,13 @@ def host_store(host: str, port: int, timeout: timedelta = STORE_TIMEOUT) -> Any:
     Raises:
         OSError: the address cannot be bound.
     """
+    return serve_store(bind_listener(host, port), host, timeout)
+
+
+def serve_store(sock: socket.socket, host: str, timeout: timedelta = STORE_TIMEOUT) -> Any:
+    """Start a TCPStore server on an already listening socket, which the store then owns."""
     import torch.distributed as dist
 
-    sock = bind_listener(host, port)
     bound_port = sock.getsockname()[1]
     fd = sock.detach()  # the store owns the socket from here and closes it when destroyed
     try:
@@ -110,26 +114,45 @@ class KernelStore:
     once, or a port left bound by another program, cannot collide.
     """
 
-    def __init__(self, host: str, port: int, exact: bool) -> None:
+    def __init__(self, host: str, port: int, exact: bool, serve: bool = True) -> None:
         try:
-            self._store = host_store(host, port)
+            self._listener: socket.socket | None = bind_listener(host, port)
         except OSError as exc:
             if exact or not is_address_in_use(exc):
                 raise OSError(
                     f"use_port={port}: cannot listen on {host}:{port} for the rendezvous ({exc})"
                 ) from exc
-            self._store = host_store(host, 0)
-        self.port = self._store.port
+            self._listener = bind_listener(host, 0)
+        self.host = host
+        self.port = self._listener.getsockname()[1]
         self.requested_port = port
+        self._store: Any = None
+        if serve:
+            self.serve()
+
+    def serve(self) -> None:
+        """Start answering on the bound port. Idempotent.
+
+        A single-node launch calls this only once every worker is forked: the store's server
+        thread resolves each client's address, and a fork taken while that thread holds the C
+        library's resolver lock leaves the child blocked forever on the inherited lock. Clients
+        that connect earlier wait in the socket's backlog.
+        """
+        if self._store is None and self._listener is not None:
+            listener, self._listener = self._listener, None
+            self._store = serve_store(listener, self.host)
 
     @property
     def store(self) -> Any:
-        """The server's own store object (None once closed)."""
+        """The server's own store object (None before :meth:`serve` and once closed)."""
         return self._store
 
     def close(self) -> None:
         """Stop listening. Idempotent."""
         self._store = None
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
 
 
 class Attempt:
@@ -152,6 +175,20 @@ class Attempt:
     def finish(self, deadline: float | None) -> None:
         """This node's ranks all returned: wait until the other nodes' ranks have too."""
 
+    def workers_started(self) -> None:
+        """Every local worker process exists now (called once per attempt)."""
+
+
+class LocalAttempt(Attempt):
+    """A single-node attempt, whose store starts serving once every worker is forked."""
+
+    def __init__(self, plan: Any, store: KernelStore) -> None:
+        super().__init__(plan, store.port)
+        self._store = store
+
+    def workers_started(self) -> None:
+        self._store.serve()
+
 
 class LocalRendezvous:
     """The rendezvous of a single-node launch: a fresh kernel-hosted store for each attempt."""
@@ -162,9 +199,10 @@ class LocalRendezvous:
     @contextlib.contextmanager
     def attempt(self, restart: int):
         """Open the store for attempt ``restart``; it stops listening when the attempt ends."""
-        store = KernelStore(self.plan.master_addr, self.plan.requested_port, self.plan.exact_port)
+        plan = self.plan
+        store = KernelStore(plan.master_addr, plan.requested_port, plan.exact_port, serve=False)
         try:
-            yield Attempt(self.plan, store.port)
+            yield LocalAttempt(plan, store)
         finally:
             store.close()
 
