@@ -23,7 +23,8 @@ from .errors import LaunchError, NodesMissingError
 from .multinode import NAMESPACE, NodeAttempt, ranks_text
 from .node_group import StaticNodes
 from .rdzv_options import parse_endpoint
-from .rendezvous import connect_store, host_store, is_address_in_use
+from .rendezvous import is_address_in_use
+from .store_process import StoreProcess
 
 DEFAULT_READ_TIMEOUT = 60  # seconds; torch's default for the c10d store
 # rdzv_conf keys that set up the store rather than torch's handler
@@ -63,15 +64,14 @@ class C10dNodes(StaticNodes):
         self.host, self.port = parse_endpoint(plan.rdzv_endpoint, plan.master_addr, 0)
         self.conf = dict(plan.rdzv_conf)
         self.handler: Any = None
-        self._host_store: Any = None
 
     def _open(self, until: float) -> None:
         read_timeout = timedelta(seconds=self.conf.get("read_timeout", DEFAULT_READ_TIMEOUT))
         is_host = self.conf.get("is_host")
         if is_host is not False:
             try:
-                self._host_store = host_store(self.host, self.port, read_timeout)
-                self.root, self.hosting = self._host_store, True
+                self._server = StoreProcess(self.host, self.port, read_timeout)
+                self.hosting = True
             except OSError as exc:
                 # Not an address of this machine, or another kernel here hosts it already.
                 if is_host is True or not (is_address_in_use(exc) or _not_local(exc)):
@@ -79,10 +79,9 @@ class C10dNodes(StaticNodes):
                         f"rdzv_endpoint={self.endpoint!r}: cannot listen on {self.endpoint} for "
                         f"the rendezvous ({exc})"
                     ) from exc
+        self.root = self._connect(self.host, self.port, until, read_timeout)
         if self.root is None:
-            self.root = connect_store(self.host, self.port, until, read_timeout)
-            if self.root is None:
-                raise self._nobody(0, self.plan.rdzv_timeout)
+            raise self._nobody(0, self.plan.rdzv_timeout)
         self.handler = _torch_call("creating the c10d rendezvous handler failed", self._handler)
 
     def _handler(self) -> Any:
@@ -184,7 +183,6 @@ class C10dNodes(StaticNodes):
                 self.handler.shutdown()
             self.handler = None
         super().close()
-        self._host_store = None
 
 
 def _torch_call(what: str, call: Any) -> Any:

@@ -1,8 +1,8 @@
 """Multi-node launches: the nodes meet in a torch.distributed store, start together, stop together.
 
-Each node's kernel joins one rendezvous before it starts its processes: a ``TCPStore`` hosted by
-node 0's kernel (``rdzv_backend="static"``) or torch's dynamic rendezvous (``"c10d"``, see
-:mod:`.c10d`). While the processes run, every node's supervisor watches a few keys of the shared
+Each node's kernel joins one rendezvous before it starts its processes: a ``TCPStore`` that node
+0's kernel hosts (``rdzv_backend="static"``, served by a process of its own, see
+:mod:`.store_process`) or torch's dynamic rendezvous (``"c10d"``, see :mod:`.c10d`). While the processes run, every node's supervisor watches a few keys of the shared
 store, under a prefix of their own for each attempt:
 
 - ``node/<n>``: node n arrived for this attempt (with its process count, host and pid);
@@ -11,7 +11,8 @@ store, under a prefix of their own for each attempt:
 - ``done/<n>``: node n's processes all returned; ``left/<n>``: node n is through with the store.
 
 The workers use the same store through torch's ``env://`` rendezvous
-(``TORCHELASTIC_USE_AGENT_STORE``), under torch's own prefix for each restart.
+(``TORCHELASTIC_USE_AGENT_STORE``); as their keys do not name the attempt, node 0 clears them
+before a restart's workers start.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ SECONDARY_GRACE = 5.0  # how long a node whose ranks only lost their peers waits
 LEAVE_GRACE = 5.0  # how long the hosting kernel keeps the store for the others to read the end
 WAIT_NOTICE_AFTER = 2.0  # say what this node waits for once it has waited this long
 REPORT_LIMIT = 20_000  # characters of a failure report shared with the other nodes
+LOCAL_SUMMARY = 200  # characters of this node's own (consequential) failure kept in the message
 STORE_ERRORS = (RuntimeError, OSError, TimeoutError, ValueError)
 
 
@@ -159,6 +161,7 @@ class NodeAttempt(Attempt):
             "because of it.",
         ]
         if local:
+            local = local if len(local) <= LOCAL_SUMMARY else local[: LOCAL_SUMMARY - 3] + "..."
             lines.append(f"Here, {local} (a consequence: its peers were gone).")
         report = flag.get("report", "")
         if report:
@@ -229,14 +232,17 @@ class NodeAttempt(Attempt):
             return exc
         summary, report, restartable = describe_failure(exc, self.me)
         flag = {"node": self.me, "summary": summary, "report": report, "restartable": restartable}
+        secondary = _is_secondary(exc)
         try:
-            if _is_secondary(exc):
+            if secondary:
                 cause = self._await_cause()
                 if cause is not None:
                     return self._remote(cause, local=summary)
             self.store.compare_set("failed", "", json.dumps(flag))
-        except STORE_ERRORS:
-            pass  # the store is gone with the node that hosted it; this node still reports
+        except STORE_ERRORS as error:
+            # The store went away with the kernel that hosted it: when this node's ranks only
+            # lost their peers, that is the cause to report.
+            return self._lost(error) if secondary else exc
         return exc
 
     def _await_cause(self) -> dict | None:

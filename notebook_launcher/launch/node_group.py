@@ -9,6 +9,7 @@ import socket
 import time
 import traceback
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from .errors import LaunchError, NodesMissingError
@@ -24,7 +25,12 @@ from .multinode import (
 )
 from .plan import LaunchPlan
 from .rdzv_options import format_endpoint
-from .rendezvous import KernelStore, connect_store
+from .rendezvous import STORE_TIMEOUT, connect_store
+from .store_process import StoreProcess
+
+# The kernels only read keys that exist (their waits are loops of their own), so a store operation
+# taking this long means the connection is broken, not that a key is late.
+CLIENT_TIMEOUT = timedelta(seconds=60)
 
 
 class StaticNodes:
@@ -38,7 +44,7 @@ class StaticNodes:
         self.notice = notice
         self.root: Any = None
         self.hosting = False
-        self._server: KernelStore | None = None
+        self._server: StoreProcess | None = None  # the store, where this kernel hosts it
         self._store: Any = None  # the current attempt's prefixed store
         self._attempt: NodeAttempt | None = None
         self._me: int | None = None  # this node's rank in the current attempt's store
@@ -88,28 +94,35 @@ class StaticNodes:
     def _open(self, until: float) -> None:
         plan = self.plan
         if plan.node_rank == 0:
+            address = f"{plan.master_addr}:{plan.requested_port}"
             try:
-                self._server = KernelStore(plan.master_addr, plan.requested_port, exact=True)
+                self._server = StoreProcess(plan.master_addr, plan.requested_port, STORE_TIMEOUT)
             except OSError as exc:
                 raise OSError(
-                    f"{exc}. node_rank=0 hosts the rendezvous at master_addr:use_port: "
+                    f"use_port={plan.requested_port}: cannot listen on {address} for the "
+                    f"rendezvous ({exc}). node_rank=0 hosts it at master_addr:use_port: "
                     "master_addr must be an address of this machine and the port free (is "
                     "another launch with node_rank=0 running?)"
-                ) from exc
-            self.root, self.hosting = self._server.store, True
-            return
-        host, port = self.plan.master_addr, self.plan.requested_port
+                ) from None
+            self.hosting = True
+        self.root = self._connect(plan.master_addr, plan.requested_port, until, CLIENT_TIMEOUT)
+        if self.root is None:
+            raise self._unreachable()
+
+    @staticmethod
+    def _connect(host: str, port: int, until: float, timeout: timedelta) -> Any:
+        """A client of the store at ``host:port``, or None if none answered before ``until``.
+
+        The store of a launch that is ending (its host is closing it) is passed over.
+        """
         while True:
-            root = connect_store(host, port, until)
-            if root is None:
-                raise self._unreachable(until)
-            if not root.check([CLOSED_KEY]):
-                self.root = root
-                return
-            del root  # the store of a launch that is ending: wait for the next one
+            root = connect_store(host, port, until, timeout)
+            if root is None or not root.check([CLOSED_KEY]):
+                return root
+            del root
             time.sleep(POLL_EVERY)
 
-    def _unreachable(self, until: float) -> NodesMissingError:
+    def _unreachable(self) -> NodesMissingError:
         plan = self.plan
         ranks = tuple(plan.node_ranks(0))
         return NodesMissingError(

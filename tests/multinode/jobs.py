@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -48,19 +49,34 @@ def fail_first_attempt(rank: int) -> dict:
 
 
 def where_the_store_listens() -> list[str]:
-    """``ip:port`` of every listening socket of this worker's launcher on ``MASTER_PORT``."""
+    """``ip:port`` of every socket listening on ``MASTER_PORT`` in this worker's launcher or
+    the processes it started (a multi-node store is served by a process of its own)."""
     import psutil
 
     PartialState().wait_for_everyone()  # the store really serves the whole group
     port = int(os.environ["MASTER_PORT"])
     launcher = psutil.Process(os.getppid())
     return sorted(
-        f"{c.laddr.ip}:{c.laddr.port}"
-        for c in launcher.net_connections(kind="tcp")
-        if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+        {
+            f"{c.laddr.ip}:{c.laddr.port}"
+            for process in [launcher, *launcher.children(recursive=True)]
+            for c in process.net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+        }
     )
 
 
 def sum_and_listeners(scale: float) -> dict:
     """:func:`all_reduce`, plus where the launcher's store listens."""
     return {**all_reduce(scale), "listening": where_the_store_listens()}
+
+
+def node_1_lingers(seconds: float) -> int:
+    """All ranks meet; node 1's ranks then take ``seconds`` before they meet the others again."""
+    state = PartialState()
+    state.wait_for_everyone()
+    state.print("ready")
+    if int(os.environ["GROUP_RANK"]) == 1:
+        time.sleep(seconds)
+    state.wait_for_everyone()
+    return state.process_index

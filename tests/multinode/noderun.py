@@ -124,8 +124,42 @@ def _read(path: str) -> str:
     return Path(path).read_text() if os.path.exists(path) else ""
 
 
-def run_nodes(*specs: Node, timeout: float = PROCESS_TIMEOUT) -> list[Finished]:
-    """Run one forked node per spec, all at once; return what each left, in order."""
+class Nodes:
+    """Forked nodes that are running: their processes, their output so far, and the wait."""
+
+    def __init__(self, started: list) -> None:
+        self._started = started
+        self.procs = [proc for proc, _ in started]
+
+    def output(self, index: int) -> str:
+        """What node ``index`` printed so far (stdout and stderr)."""
+        out, err, _ = self._started[index][1]
+        return _read(out) + _read(err)
+
+    def wait_for_line(self, index: int, text: str, timeout: float = PROCESS_TIMEOUT) -> None:
+        end = time.monotonic() + timeout
+        while text not in self.output(index):
+            if time.monotonic() >= end or not self.procs[index].is_alive():
+                raise AssertionError(f"node {index} never printed {text!r}: {self.output(index)}")
+            time.sleep(0.05)
+
+    def wait(self, timeout: float = PROCESS_TIMEOUT) -> list[Finished]:
+        end = time.monotonic() + timeout
+        for proc in self.procs:
+            proc.join(max(0.1, end - time.monotonic()))
+        finished = []
+        for proc, (out, err, result) in self._started:
+            if proc.is_alive():
+                proc.kill()
+                proc.join(10)
+            report = json.loads(_read(result) or "{}")
+            finished.append(Finished(proc.exitcode, _read(out), _read(err), report))
+        return finished
+
+
+@contextmanager
+def nodes(*specs: Node) -> Iterator[Nodes]:
+    """Fork one node per spec, all at once; every one of them is dead when this ends."""
     from notebook_launcher.launch.fork import ForkLauncher
 
     ForkLauncher().prepare()  # its imports once here, rather than once in every node
@@ -140,19 +174,18 @@ def run_nodes(*specs: Node, timeout: float = PROCESS_TIMEOUT) -> list[Finished]:
                 proc = context.Process(target=_node_main, args=(spec, *paths), daemon=False)
                 proc.start()
                 started.append((proc, paths))
-            end = time.monotonic() + timeout
-            for proc, _ in started:
-                proc.join(max(0.1, end - time.monotonic()))
+            yield Nodes(started)
         finally:
             for proc, _ in started:
                 if proc.is_alive():
                     proc.kill()
                 proc.join(10)
-        finished = []
-        for proc, (out, err, result) in started:
-            report = json.loads(_read(result) or "{}")
-            finished.append(Finished(proc.exitcode, _read(out), _read(err), report))
-        return finished
+
+
+def run_nodes(*specs: Node, timeout: float = PROCESS_TIMEOUT) -> list[Finished]:
+    """Run one forked node per spec, all at once; return what each left, in order."""
+    with nodes(*specs) as running:
+        return running.wait(timeout)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
