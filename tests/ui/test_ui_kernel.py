@@ -86,6 +86,12 @@ def test_a_blocking_launch_draws_live_panels_and_keeps_output_and_result(kernel)
     assert again.stream() == "2 ranks: 2 finished; metrics: loss, rank\n"
     assert again.result() == "RunPanel(2 ranks: 2 finished; metrics: loss, rank)"
 
+    redrawn = kernel.execute("result.show()", 30)
+    assert len(redrawn.of_type("display_data")) == 1
+    states = [m["content"]["data"]["state"] for m in redrawn.of_type("comm_open")]
+    tables = [s["value"] for s in states if "nl-status" in s.get("value", "")]
+    assert tables and tables[-1].count('data-state="finished"') == 2
+
 
 def test_ui_none_and_console_send_no_widgets(kernel):
     kernel.execute(TRAIN, timeout=30)

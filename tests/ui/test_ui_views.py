@@ -231,3 +231,13 @@ def test_bad_ui_is_refused_by_name(ui):
 
 def test_auto_is_the_console_outside_a_kernel():
     assert resolve_ui("auto") == "console"
+
+
+def test_a_result_redraws_its_panel_as_text_outside_a_kernel(capsys):
+    from notebook_launcher import debug_launcher, notebook_launcher
+
+    result = notebook_launcher(int, args=("3",), num_processes=2, ui="none")
+    result.show()
+    assert capsys.readouterr().out.startswith("notebook_launcher: 2 ranks · 2 finished")
+    with pytest.raises(RuntimeError, match="kept no panel"):
+        debug_launcher(int, args=("3",)).show()
