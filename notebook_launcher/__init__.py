@@ -2,11 +2,22 @@
 
 from .accelerator import Accelerator
 from .accelerator_config import DataLoaderConfiguration, ProjectConfiguration
-from .data import prepare_data_loader, skip_first_batches
+from .data import (
+    BatchSamplerShard,
+    DataLoaderDispatcher,
+    DataLoaderShard,
+    IterableDatasetShard,
+    SeedableRandomSampler,
+    SkipBatchSampler,
+    SkipDataLoader,
+    prepare_data_loader,
+    skip_first_batches,
+)
 from .kwargs import (
     AutocastKwargs,
     DDPCommunicationHookType,
     DistributedDataParallelKwargs,
+    FP8RecipeKwargs,
     GradScalerKwargs,
     InitProcessGroupKwargs,
     ProfileKwargs,
@@ -56,9 +67,28 @@ from .ops import (
 from .optimizer import AcceleratedOptimizer
 from .panel import LaunchPanel
 from .scheduler import AcceleratedScheduler
-from .state import DistributedType, PartialState
+from .state import (
+    AcceleratorState,
+    DistributedType,
+    GradientState,
+    LoggerType,
+    PartialState,
+    PrecisionType,
+    RNGType,
+)
 from .trackers import GeneralTracker
 from .tracking import Progress, log, progress, set_status
+from .utils.config import load_config, write_basic_config
+from .utils.dataclasses import GradientAccumulationPlugin, KwargsHandler
+from .utils.environment import (
+    is_bf16_available,
+    is_cuda_available,
+    is_mps_available,
+    is_torch_xla_available,
+    is_tpu_available,
+)
+from .utils.memory import get_max_memory
+from .utils.versions import is_torch_version
 
 __version__ = "0.1.0"
 
@@ -66,28 +96,43 @@ __all__ = [
     "AcceleratedOptimizer",
     "AcceleratedScheduler",
     "Accelerator",
+    "AcceleratorState",
     "AutocastKwargs",
+    "BatchSamplerShard",
     "DDPCommunicationHookType",
     "DataLoaderConfiguration",
+    "DataLoaderDispatcher",
+    "DataLoaderShard",
     "DistributedDataParallelKwargs",
     "DistributedOperationException",
     "DistributedType",
+    "FP8RecipeKwargs",
     "GeneralTracker",
     "GradScalerKwargs",
+    "GradientAccumulationPlugin",
+    "GradientState",
     "InitProcessGroupKwargs",
+    "IterableDatasetShard",
+    "KwargsHandler",
     "LaunchError",
     "LaunchHandle",
     "LaunchPanel",
     "LaunchResult",
     "LaunchStoppedError",
     "LaunchTimeoutError",
+    "LoggerType",
     "NodesMissingError",
     "PartialState",
+    "PrecisionType",
     "PreflightError",
     "ProfileKwargs",
     "Progress",
     "ProjectConfiguration",
+    "RNGType",
     "RemoteNodeFailedError",
+    "SeedableRandomSampler",
+    "SkipBatchSampler",
+    "SkipDataLoader",
     "WorkerFailure",
     "WorkerStalledError",
     "WorkersFailedError",
@@ -102,10 +147,18 @@ __all__ = [
     "gather",
     "gather_object",
     "get_max_layer_size",
+    "get_max_memory",
     "honor_type",
+    "is_bf16_available",
+    "is_cuda_available",
+    "is_mps_available",
     "is_torch_tensor",
+    "is_torch_version",
+    "is_torch_xla_available",
+    "is_tpu_available",
     "launch_in_background",
     "listify",
+    "load_config",
     "log",
     "notebook_launcher",
     "offload_state_dict",
@@ -122,4 +175,5 @@ __all__ = [
     "synchronize_rng_state",
     "synchronize_rng_states",
     "wait_for_everyone",
+    "write_basic_config",
 ]

@@ -86,6 +86,7 @@ class Supervisor:
             for conn in handle.streams:
                 self._by_conn[conn] = handle
         self._sentinels = {h.process.sentinel: h for h in handles}
+        self._unreaped: set[WorkerHandle] = set()
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -104,6 +105,7 @@ class Supervisor:
                 raise self._stopped()
             stop_for = self.watch() if self.watch is not None else None
             if stop_for is not None:
+                self.stop_reason = "another node failed"
                 self.teardown()
                 raise stop_for
             if now >= self._next_tick:
@@ -130,6 +132,8 @@ class Supervisor:
         for obj in ready:
             if obj in self._sentinels:
                 self._exited(self._sentinels[obj])
+        for handle in list(self._unreaped):
+            self._exited(handle)
 
     def _waitables(self) -> list:
         objs = list(self._by_conn)
@@ -178,10 +182,14 @@ class Supervisor:
         self._publish(event)
 
     def _exited(self, handle: WorkerHandle) -> None:
-        handle.process.join(0)
-        handle.exitcode = handle.process.exitcode
+        handle.exitcode = _reap(handle.process)
         if handle.exitcode is None:
+            # The sentinel fired but the process is not reapable (it closed the descriptor
+            # itself, or a child inherited it): stop waiting on the sentinel, check each turn.
+            self._sentinels.pop(handle.process.sentinel, None)
+            self._unreaped.add(handle)
             return
+        self._unreaped.discard(handle)
         while handle.events in self._by_conn and handle.events.poll(0):
             self._read(handle.events)
         if handle.status in ("starting", "running"):
@@ -354,6 +362,20 @@ class Supervisor:
                         handle.exitcode = handle.process.exitcode
                 return
             self._pump(min(left, 0.05))
+
+
+def _reap(process, patience: float = 0.05) -> int | None:
+    """The exit code of a process whose sentinel fired, waiting briefly for it to be reapable.
+
+    The sentinel fires when the worker's end of it closes, a moment before the process can be
+    collected; polling here instead of returning to the loop avoids spinning on a ready sentinel.
+    """
+    deadline = time.monotonic() + patience
+    while True:
+        process.join(0)
+        if process.exitcode is not None or time.monotonic() >= deadline:
+            return process.exitcode
+        time.sleep(0.0005)
 
 
 def _failure_order(handle: WorkerHandle) -> tuple[int, float]:
