@@ -40,8 +40,13 @@ class XlaBackend(Backend):
 
     def device_for(self, local_rank: int) -> torch.device:
         """This replica's XLA device (``torch_xla.device()``); the same for every local rank."""
-        import torch_xla
-
+        try:
+            import torch_xla
+        except ImportError as exc:
+            raise RuntimeError(
+                "XLA devices need torch_xla, which is not installed here: install the torch_xla "
+                "that matches this torch (on a TPU host), or use the CPU or CUDA backend"
+            ) from exc
         return torch.device(torch_xla.device())
 
     def barrier(self, device: torch.device) -> None:

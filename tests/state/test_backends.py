@@ -49,11 +49,12 @@ def test_mps_backend_is_single_process():
     assert mps.device_for(0) == torch.device("mps")
 
 
-def test_xla_backend_is_a_placeholder_that_says_so():
+def test_xla_backend_without_torch_xla_says_what_is_missing():
     xla = XlaBackend()
     assert xla.distributed_type is DistributedType.XLA
+    assert xla.creates_process_group is False  # collectives go through torch_xla itself
     assert xla.is_available() is False and xla.device_count() == 0  # no torch_xla here
-    with pytest.raises(NotImplementedError, match="TPU support comes with the TPU launcher"):
+    with pytest.raises(RuntimeError, match="XLA devices need torch_xla, which is not installed"):
         xla.device_for(0)
 
 
