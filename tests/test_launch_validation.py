@@ -148,26 +148,7 @@ def test_cuda_initialised_check_refuses_fork(monkeypatch):
 
 def test_cuda_initialised_check_allows_spawn(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    common = dict(
-        num_processes=2,
-        mixed_precision="no",
-        use_port="29500",
-        master_addr="127.0.0.1",
-        node_rank=0,
-        num_nodes=1,
-        rdzv_backend="static",
-        rdzv_endpoint="",
-        rdzv_id="none",
-        max_restarts=0,
-        monitor_interval=0.1,
-        log_line_prefix_template=None,
-        timeout=None,
-        stall_timeout=None,
-        threads_per_process=None,
-        output="all",
-        device="cpu",
-        gpu_count=0,
-    )
+    common = dict(num_processes=2, stall_timeout=None)  # the other settings: the defaults
     fork_plan = make_plan(start_method="fork", **common)
     spawn_plan = make_plan(start_method="spawn", **common)
 

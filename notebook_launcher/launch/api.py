@@ -17,7 +17,7 @@ from .context import WorkerContext
 from .errors import AttemptFailed
 from .fork import ForkLauncher
 from .output import OutputSink
-from .plan import DEFAULT_RDZV_TIMEOUT, LaunchPlan, make_plan
+from .plan import DEFAULT_RDZV_TIMEOUT, DEFAULT_STALL_TIMEOUT, LaunchPlan, make_plan
 from .preflight import check_args, check_function, run_preflight
 from .rendezvous import open_rendezvous
 from .result import LaunchResult
@@ -39,7 +39,6 @@ LAUNCHERS: dict[str, type[Launcher]] = {
     "spawn": SpawnLauncher,
     "xla": XlaLauncher,
 }
-DEFAULT_STALL_TIMEOUT = 900.0
 
 
 def notebook_launcher(
@@ -192,27 +191,7 @@ def debug_launcher(function: Callable[..., Any], args: tuple = (), num_processes
     """
     check_function(function)
     call_args = check_args(args)
-    plan = make_plan(
-        num_processes=num_processes,
-        mixed_precision="no",
-        use_port="29500",
-        master_addr="127.0.0.1",
-        node_rank=0,
-        num_nodes=1,
-        rdzv_backend="static",
-        rdzv_endpoint="",
-        rdzv_id="none",
-        max_restarts=0,
-        monitor_interval=0.1,
-        log_line_prefix_template=None,
-        start_method="fork",
-        timeout=None,
-        stall_timeout=DEFAULT_STALL_TIMEOUT,
-        threads_per_process=None,
-        output="all",
-        device="cpu",
-        gpu_count=0,
-    )
+    plan = make_plan(num_processes=num_processes, device="cpu", gpu_count=0)
     return launch(function, call_args, plan)
 
 

@@ -14,6 +14,7 @@ RDZV_BACKENDS = ("static", "c10d")
 OUTPUT_CHOICES = ("all", "main", "none")
 DEFAULT_PREFIX_TEMPLATE = "[rank{rank}] "
 DEFAULT_MULTINODE_PREFIX_TEMPLATE = "[node{node_rank}:{local_rank} rank{rank}] "
+DEFAULT_STALL_TIMEOUT = 900.0  # seconds without a sign of life before a rank counts as stalled
 DEFAULT_RDZV_TIMEOUT = 300.0  # seconds every node waits for the others to arrive
 LOOPBACK = "127.0.0.1"
 
@@ -147,28 +148,30 @@ def _xla_method(nprocs: int, nnodes: int, replicas: int, precision: object) -> s
 def make_plan(
     *,
     num_processes: object,
-    mixed_precision: object,
-    use_port: object,
-    master_addr: object,
-    node_rank: object,
-    num_nodes: object,
-    rdzv_backend: object,
-    rdzv_endpoint: object,
-    rdzv_id: object,
-    max_restarts: object,
-    monitor_interval: object,
-    log_line_prefix_template: object,
-    start_method: object,
-    timeout: object,
-    stall_timeout: object,
-    threads_per_process: object,
-    output: object,
-    device: str,
-    gpu_count: int,
+    mixed_precision: object = "no",
+    use_port: object = "29500",
+    master_addr: object = "127.0.0.1",
+    node_rank: object = 0,
+    num_nodes: object = 1,
+    rdzv_backend: object = "static",
+    rdzv_endpoint: object = "",
+    rdzv_id: object = "none",
+    max_restarts: object = 0,
+    monitor_interval: object = 0.1,
+    log_line_prefix_template: object = None,
+    start_method: object = "fork",
+    timeout: object = None,
+    stall_timeout: object = DEFAULT_STALL_TIMEOUT,
+    threads_per_process: object = None,
+    output: object = "all",
+    device: str = "cpu",
+    gpu_count: int = 0,
     rdzv_conf: object = None,
     rdzv_timeout: object = DEFAULT_RDZV_TIMEOUT,
 ) -> LaunchPlan:
     """Validate user input and decide everything a launch needs.
+
+    The defaults are :func:`notebook_launcher`'s, on a machine without GPUs.
 
     A single-node plan keeps the rendezvous on 127.0.0.1 whatever ``master_addr`` says; the
     rendezvous settings only matter with ``num_nodes > 1``.
