@@ -22,6 +22,17 @@ STACK_DUMP_SIGNAL = signal.SIGUSR1
 _PR_SET_PDEATHSIG = 1
 
 
+def _load_libc():
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+# Loaded once where this module is imported (the kernel), so forked workers do not each load it.
+_LIBC = _load_libc()
+
+
 @dataclass(frozen=True)
 class WorkerSpec:
     """Everything one worker needs, sent from the kernel (picklable for spawn)."""
@@ -65,8 +76,7 @@ def _die_with_parent(parent_pid: int) -> None:
     except OSError:
         pass
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        (_LIBC or _load_libc()).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         pass
     if os.getppid() != parent_pid:  # the kernel died before prctl took effect
