@@ -185,4 +185,10 @@ def _in_subprocess(framework, n, epochs):
 
 
 if __name__ == "__main__":
-    main()
+    import os
+    import tempfile
+
+    # Accelerate's launcher (torch elastic) leaves a torchelastic_* folder per launch in TMPDIR.
+    with tempfile.TemporaryDirectory(prefix="train_bench_") as scratch:
+        os.environ["TMPDIR"] = scratch
+        main()

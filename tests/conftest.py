@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 
 import psutil
 import pytest
 from processtree import live_descendants
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_tmpdir(tmp_path_factory):
+    """Send every temporary file of the session, subprocesses included, to pytest's own folder.
+
+    torchrun (torch elastic) leaves a ``torchelastic_*`` folder behind per run; with TMPDIR here
+    they live with pytest's temporary folders instead of piling up in the system's.
+    """
+    folder = tmp_path_factory.mktemp("tmpdir")
+    saved = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(folder)
+    tempfile.tempdir = None  # recomputed from TMPDIR on next use
+    yield folder
+    if saved is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = saved
+    tempfile.tempdir = None
 
 
 def listening_ports() -> set[int]:
