@@ -223,30 +223,30 @@ class Supervisor:
 
     def _describe(self, handle: WorkerHandle) -> WorkerFailure:
         event = handle.failed
-        if event is None:
-            message = "the process ended without returning or raising (crash, signal or os._exit)"
-            return WorkerFailure(
-                rank=handle.rank,
-                local_rank=handle.local_rank,
-                pid=handle.pid,
-                exitcode=handle.exitcode,
+        if event is None:  # died without a word: the crash report stands in for a traceback
+            crash = "\n".join(trim_kernel_frames(self.sink.crash_report(handle.rank)))
+            what = dict(
                 exc_type=None,
-                message=message,
-                traceback="\n".join(trim_kernel_frames(self.sink.crash_report(handle.rank))),
-                last_lines=self.sink.tail(handle.rank),
-                node_rank=handle.node_rank,
+                message="the process ended without returning or raising (crash, signal or "
+                "os._exit)",
+                traceback=crash,
+                payload=None,
+            )
+        else:
+            what = dict(
+                exc_type=event.exc_type,
+                message=event.message,
+                traceback=event.traceback,
+                payload=event.payload,
             )
         return WorkerFailure(
             rank=handle.rank,
             local_rank=handle.local_rank,
             pid=handle.pid,
             exitcode=handle.exitcode,
-            exc_type=event.exc_type,
-            message=event.message,
-            traceback=event.traceback,
             last_lines=self.sink.tail(handle.rank),
-            payload=event.payload,
             node_rank=handle.node_rank,
+            **what,
         )
 
     def _stalled(self, now: float) -> list[WorkerHandle]:
