@@ -26,6 +26,7 @@ from .errors import (
     WorkerFailure,
     WorkerStalledError,
     failure_to_raise,
+    looks_secondary,
 )
 from .output import OutputSink
 from .processes import kill_tree
@@ -387,10 +388,7 @@ def _failure_order(handle: WorkerHandle) -> tuple[int, float]:
     event = handle.failed
     if event is None:
         return (0, float("-inf"))
-    secondary = "DistBackendError" in event.exc_type or "DistNetworkError" in event.exc_type
-    text = event.message.lower()
-    secondary = secondary or "connection closed by peer" in text or "connection reset" in text
-    return (1 if secondary else 0, event.time)
+    return (1 if looks_secondary(event.exc_type, event.message) else 0, event.time)
 
 
 def _cpu_seconds(pid: int | None) -> float:
