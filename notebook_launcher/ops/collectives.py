@@ -216,13 +216,38 @@ def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list
 # -- reduce ----------------------------------------------------------------------------------------
 
 
-def _working_copy(t: torch.Tensor, summing: bool) -> torch.Tensor:
-    """A contiguous copy to reduce into; booleans are counted, as int64."""
+# Averaging divides while copying when that is exact: by a power of two, which only changes the
+# exponent (float16's narrow range would lose the last bits of its subnormals, so not there).
+_PREDIVIDED = (torch.float32, torch.float64, torch.bfloat16, torch.complex64, torch.complex128)
+
+
+def _working_copy(
+    t: torch.Tensor, summing: bool, divisor: int | None
+) -> tuple[torch.Tensor, int | None]:
+    """A contiguous copy to reduce into, and the divisor still to apply to the sum.
+
+    Booleans are counted, as int64. A floating-point tensor averaged over a power-of-two number
+    of processes is divided as it is copied: one pass over the memory fewer, the same bits
+    (barring subnormals), and a sum that cannot overflow where the mean would not.
+    """
     if t.requires_grad:
         t = t.detach()
     if summing and t.dtype is torch.bool:
-        return t.to(torch.int64, memory_format=torch.contiguous_format)
-    return t.clone(memory_format=torch.contiguous_format)
+        return t.to(torch.int64, memory_format=torch.contiguous_format), divisor
+    if divisor is not None and divisor & (divisor - 1) == 0 and t.dtype in _PREDIVIDED:
+        work = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+        return torch.div(t, divisor, out=work), None
+    return t.clone(memory_format=torch.contiguous_format), divisor
+
+
+def _reduce_one(
+    comm: Any, t: torch.Tensor, summing: bool, divisor: int | None, scale: float
+) -> torch.Tensor:
+    """One tensor summed (or averaged) over the processes when ``comm`` is given, into a copy."""
+    work, divisor = _working_copy(t, summing, divisor)
+    if comm is not None:
+        comm.all_reduce_sum(work)
+    return _finish(work, divisor, scale)
 
 
 def _finish(x: torch.Tensor, divisor: int | None, scale: float) -> torch.Tensor:
@@ -267,20 +292,20 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise invalid("scale", scale, "expected a number", TypeError)
     comm = current()
-    tensors = tensor_leaves(tensor, "reduce")
     summing = reduction != "none"
     divisor = comm.world_size if reduction == "mean" else None
-    if comm.world_size == 1 or not summing:
-        results = [_finish(_working_copy(t, summing), divisor, scale) for t in tensors]
-        return put_back(tensor, results)
+    communicate = summing and comm.world_size > 1
+    tensors = tensor_leaves(tensor, "reduce")
+    if not communicate:
+        return put_back(tensor, [_reduce_one(None, t, summing, divisor, scale) for t in tensors])
     if comm.debug:
         verify(comm, f"reduce(tensor={describe(tensor)}, reduction={reduction!r})")
+    if len(tensors) == 1:  # the common case: nothing to plan
+        return put_back(tensor, [_reduce_one(comm, tensors[0], summing, divisor, scale)])
     results = [None] * len(tensors)
     alone, packs = plan(tensors)
     for i in alone:
-        work = _working_copy(tensors[i], summing)
-        comm.all_reduce_sum(work)
-        results[i] = _finish(work, divisor, scale)
+        results[i] = _reduce_one(comm, tensors[i], summing, divisor, scale)
     for group in packs:
         members = [tensors[i] for i in group]
         flat = pack(members)

@@ -28,35 +28,35 @@ def check_optional_bool(name: str, value: object) -> bool | None:
     return value
 
 
+# The checks run on hot paths (every collective call): the message is built only on failure.
+
+
 def check_int(name: str, value: object, minimum: int | None = None) -> int:
     """``value`` if it is an int (not a bool) of at least ``minimum``."""
-    allowed = "expected an int" + ("" if minimum is None else f" >= {minimum}")
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise invalid(name, value, allowed, TypeError)
-    if minimum is not None and value < minimum:
-        raise invalid(name, value, allowed)
+    wrong_type = isinstance(value, bool) or not isinstance(value, int)
+    if wrong_type or (minimum is not None and value < minimum):
+        allowed = "expected an int" + ("" if minimum is None else f" >= {minimum}")
+        raise invalid(name, value, allowed, TypeError if wrong_type else ValueError)
     return value
 
 
 def check_number(name: str, value: object, positive: bool = False) -> float:
     """``value`` as a float if it is a finite real number (``> 0`` when ``positive``)."""
-    allowed = "expected a finite number" + (" > 0" if positive else "")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise invalid(name, value, allowed, TypeError)
-    if not math.isfinite(value) or (positive and value <= 0):
-        raise invalid(name, value, allowed)
+    wrong_type = isinstance(value, bool) or not isinstance(value, (int, float))
+    if wrong_type or not math.isfinite(value) or (positive and value <= 0):
+        allowed = "expected a finite number" + (" > 0" if positive else "")
+        raise invalid(name, value, allowed, TypeError if wrong_type else ValueError)
     return float(value)
 
 
 def check_choice(name: str, value: object, choices: Iterable[str], normalize=None) -> str:
     """``value`` (after ``normalize``, e.g. ``str.lower``) if it is one of ``choices``."""
-    options = list(choices)
-    allowed = "allowed values are " + ", ".join(repr(c) for c in options)
-    if not isinstance(value, str):
-        raise invalid(name, value, allowed, TypeError)
-    key = normalize(value) if normalize else value
-    if key not in options:
-        raise invalid(name, value, allowed)
+    options = choices if isinstance(choices, (tuple, frozenset, set, list)) else list(choices)
+    wrong_type = not isinstance(value, str)
+    key = None if wrong_type else normalize(value) if normalize else value
+    if wrong_type or key not in options:
+        allowed = "allowed values are " + ", ".join(repr(c) for c in options)
+        raise invalid(name, value, allowed, TypeError if wrong_type else ValueError)
     return key
 
 

@@ -38,6 +38,13 @@ def same_shaped(rank: int):
     }
 
 
+def random_values(rank: int) -> torch.Tensor:
+    """Rank ``rank``'s float32 values of every magnitude, to average."""
+    generator = torch.Generator().manual_seed(rank)
+    exponents = torch.randint(-30, 30, (BIG,), generator=generator).float()
+    return torch.randn(BIG, generator=generator) * 10.0**exponents
+
+
 def ragged(rank: int):
     """Rank ``rank``'s input to pad_across_processes: sizes differ along the padded dimensions."""
     return {
@@ -76,6 +83,7 @@ def exercise(debug: bool):
     out["mean"] = ops.reduce(data, reduction="mean", scale=2.0)
     out["none"] = ops.reduce(data, reduction="none")
     out["unchanged"] = torch.equal(data["f32"], same_shaped(rank)["f32"].to(device))
+    out["mean_random"] = ops.reduce(random_values(rank).to(device))
 
     for dim, pad_first in ((0, False), (-1, True), (1, False)):
         padded = ops.pad_across_processes(
@@ -193,6 +201,12 @@ def test_every_collective_across_ranks(world, debug):
         assert torch.allclose(mean["bool2"], expected_mean["bool2"].float())
         assert torch.allclose(mean["f16"].float(), expected_mean["f16"].float(), rtol=1e-3)
         assert out["unchanged"]
+        values = torch.stack([random_values(r) for r in range(world)])
+        if world == 2:  # averaged by halving while copying: the same bits as the sum halved
+            assert_equal(out["mean_random"], (values[0] + values[1]) / 2)
+        else:  # gloo may add in another order: rounding of the largest term
+            error = (out["mean_random"] - values.sum(0) / world).abs()
+            assert (error <= 1e-6 * values.abs().sum(0)).all()
         for dim, pad_first in ((0, False), (-1, True), (1, False)):
             expected = leafwise(
                 lambda ts, d=dim, p=pad_first, r=rank: _padded(ts, d, p)[r],
