@@ -16,23 +16,27 @@ Example:
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from typing import Any
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from .accelerator_config import DataLoaderConfiguration, ProjectConfiguration
+from .accelerator_distributed import AcceleratorDistributed
 from .accelerator_helpers import AcceleratorHelpers
 from .accelerator_training import AcceleratorTraining, _check_instance
 from .data import prepare_data_loader as _prepare_data_loader
 from .kwargs import (
     AutocastKwargs,
+    DDPCommunicationHookType,
     DistributedDataParallelKwargs,
     FP8RecipeKwargs,
     GradScalerKwargs,
     InitProcessGroupKwargs,
     ProfileKwargs,
 )
+from .ops import shared_memory
 from .optimizer import AcceleratedOptimizer
 from .precision import check_autocast, make_scaler, wrap_forward
 from .resumable import make_resumable
@@ -53,7 +57,7 @@ _HANDLERS = {
 _UNSUPPORTED = ("deepspeed_plugin", "fsdp_plugin", "torch_tp_plugin", "megatron_lm_plugin")
 
 
-class Accelerator(AcceleratorTraining, AcceleratorHelpers):
+class Accelerator(AcceleratorTraining, AcceleratorHelpers, AcceleratorDistributed):
     """Everything a training function needs to run on one or many processes alike.
 
     Args:
@@ -175,6 +179,9 @@ class Accelerator(AcceleratorTraining, AcceleratorHelpers):
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[Any] = []
         self._custom_objects: list[Any] = []
+        self._save_model_state_pre_hook: OrderedDict[int, Any] = OrderedDict()
+        self._load_model_state_pre_hook: OrderedDict[int, Any] = OrderedDict()
+        self.flag_tensor: torch.Tensor | None = None
 
     def _read_handlers(self, handlers: list[Any] | None) -> None:
         for attribute in _HANDLERS.values():
@@ -373,7 +380,10 @@ class Accelerator(AcceleratorTraining, AcceleratorHelpers):
         wrapped = DistributedDataParallel(
             model, device_ids=ids, output_device=ids[0] if ids else None, **handler.to_kwargs()
         )
-        handler.register_comm_hook(wrapped)
+        if handler.comm_hook is DDPCommunicationHookType.NO and self.device.type == "cpu":
+            shared_memory.register_hook(wrapped)  # where every rank is on this machine
+        else:
+            handler.register_comm_hook(wrapped)
         return wrapped
 
     def prepare_optimizer(

@@ -15,7 +15,9 @@ from typing import Any
 import torch
 
 from . import ops
+from .checkpointing import parse_shard_size, save_model_files
 from .data import skip_first_batches as _skip_first_batches
+from .ops.saving import _check_path
 from .resumable import make_resumable
 from .state.enums import DistributedType
 from .trackers import GeneralTracker, build_tracker
@@ -158,6 +160,75 @@ class AcceleratorHelpers:
             f,
             save_on_each_node=self.project_configuration.save_on_each_node,
             safe_serialization=safe_serialization,
+        )
+
+    def save_model(
+        self,
+        model: torch.nn.Module,
+        save_directory: str | os.PathLike,
+        max_shard_size: int | str = "10GB",
+        safe_serialization: bool = True,
+    ) -> None:
+        """Write the weights of ``model`` (unwrapped) into ``save_directory``, once per job.
+
+        One file, ``model.safetensors`` (``pytorch_model.bin`` without ``safe_serialization``),
+        or, when the weights exceed ``max_shard_size``, shards
+        ``model-00001-of-00002.safetensors`` ... with ``model.safetensors.index.json``
+        (``pytorch_model.bin.index.json``) giving ``{"metadata": {"total_size": bytes},
+        "weight_map": {name: file}}``: the layout ``transformers`` and Accelerate's loaders
+        read. Shards and an index left by an earlier save into the directory are removed.
+        Only the main process writes (each node's with ``save_on_each_node``); no process
+        waits for the others, so call :meth:`wait_for_everyone` before reading the files.
+
+        Args:
+            model: the model, prepared or not.
+            save_directory: the folder (created if needed).
+            max_shard_size: the most bytes of tensors in one file: an int, or a string such as
+                "10GB" or "500MB" (KB, MB, GB, TB: powers of 1000; KiB, MiB, GiB, TiB: of 1024).
+            safe_serialization: write safetensors files rather than pickles.
+
+        Raises:
+            TypeError: ``model`` is not an ``nn.Module``, or an argument of the wrong type.
+            ValueError: a ``max_shard_size`` that is not a positive size.
+            NotADirectoryError: ``save_directory`` is an existing file.
+            RuntimeError: a parameter of ``model`` is on the meta device.
+
+        Example:
+            >>> accelerator.wait_for_everyone()
+            >>> accelerator.save_model(model, "trained", max_shard_size="1GB")
+
+        Note:
+            Differences from Accelerate: a ``save_directory`` that is a file raises instead of
+            logging an error; with safetensors, tensors that share memory (tied weights) are
+            all written, each as its own copy (Accelerate keeps one name and drops the others),
+            so the file reloads with ``load_state_dict(strict=True)``; tensors sharing memory
+            may go to different shards; a stale whole-model file or index is removed too.
+        """
+        if not isinstance(model, torch.nn.Module):
+            raise invalid("model", type(model).__name__, "expected a torch.nn.Module", TypeError)
+        directory = _check_path("save_directory", save_directory)
+        max_bytes = parse_shard_size(max_shard_size)
+        check_bool("safe_serialization", safe_serialization)
+        if os.path.isfile(directory):
+            raise invalid(
+                "save_directory",
+                directory,
+                "it is a file; expected a directory",
+                NotADirectoryError,
+            )
+        inner = self.unwrap_model(model)
+        meta = [name for name, p in inner.named_parameters() if p.device.type == "meta"]
+        if meta:
+            raise RuntimeError(
+                f"model cannot be saved: parameter {meta[0]!r} (and {len(meta) - 1} more) is on "
+                "the meta device, with no values; load or materialise the weights first"
+            )
+        save_model_files(
+            inner.state_dict(),
+            directory,
+            max_bytes,
+            safe_serialization,
+            self.project_configuration.save_on_each_node,
         )
 
     def free_memory(self, *objects: Any) -> list[Any]:

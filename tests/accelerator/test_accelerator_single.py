@@ -64,7 +64,29 @@ METHODS = [
     "get_tracker",
     "get_state_dict",
     "clear",
+    "join_uneven_inputs",
+    "save_model",
+    "register_save_state_pre_hook",
+    "register_load_state_pre_hook",
+    "set_trigger",
+    "check_trigger",
+    "unscale_gradients",
+    "trigger_sync_in_backward",
+    "verify_device_map",
 ]
+# Accelerate's parallelism ranks (data/tensor/context/pipeline), fp8_backend and the DeepSpeed,
+# LOMO and context-parallel helpers have no counterpart: they need engines not provided here.
+NOT_PROVIDED = {
+    "context_parallel_rank",
+    "data_parallel_rank",
+    "data_parallel_shard_rank",
+    "pipeline_parallel_rank",
+    "tensor_parallel_rank",
+    "fp8_backend",
+    "deepspeed_ulysses_dl_adapter",
+    "lomo_backward",
+    "maybe_context_parallel",
+}
 
 
 def test_signatures_match_accelerate():
@@ -92,6 +114,16 @@ def test_signatures_match_accelerate():
             getattr(TheirOptimizer, name)
         ), name
     del theirs
+
+
+def test_every_other_public_name_of_accelerate_exists_with_its_kind():
+    theirs = {n for n in dir(accelerate.Accelerator) if not n.startswith("_")}
+    assert sorted(theirs - NOT_PROVIDED - set(dir(Accelerator))) == []
+    for name in sorted(theirs - NOT_PROVIDED):
+        other = inspect.getattr_static(accelerate.Accelerator, name)
+        mine = inspect.getattr_static(Accelerator, name)
+        assert isinstance(mine, property) == isinstance(other, property), name
+        assert isinstance(mine, staticmethod) == isinstance(other, staticmethod), name
 
 
 @pytest.mark.parametrize(
