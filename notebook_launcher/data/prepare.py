@@ -28,6 +28,7 @@ from .loaders import (
     refuse_unsupported,
 )
 from .samplers import BatchSamplerShard, SeedableRandomSampler
+from .xla_loader import load_through_mp_device_loader
 
 
 def _processes(num_processes: Any, process_index: Any) -> tuple[int, int]:
@@ -148,7 +149,8 @@ def prepare_data_loader(
             default with ``["generator"]``. Without it, shuffles match across processes only if
             every process was seeded alike.
         dispatch_batches: read on process 0 and broadcast (default: True for iterable datasets
-            when ``put_on_device``, else False). Needs ``put_on_device=True``.
+            when ``put_on_device``, else False). Needs ``put_on_device=True``; refused on XLA
+            devices, where every replica reads its own shard.
         even_batches: complete the end so that every process gets as many batches, all of one
             size (samples from the start are repeated); False gives uneven ends.
         slice_fn_for_dispatch: how :class:`DataLoaderDispatcher` cuts batches.
@@ -160,7 +162,9 @@ def prepare_data_loader(
 
     Returns:
         A :class:`DataLoaderShard` or :class:`DataLoaderDispatcher` (both ``DataLoader``
-        subclasses), with ``total_batch_size`` and ``total_dataset_length``.
+        subclasses), with ``total_batch_size`` and ``total_dataset_length``. On an XLA device
+        with ``put_on_device``, the shard reads its batches through torch_xla's
+        ``MpDeviceLoader`` (see :mod:`notebook_launcher.data.xla_loader`).
 
     Raises:
         TypeError: an argument of the wrong type, named in the message.
@@ -177,7 +181,9 @@ def prepare_data_loader(
         never modified; ``put_on_device`` without ``device`` uses the process's device;
         ``split_batches=True`` with a batch size of 1 on several processes is refused instead
         of losing the data; iterable datasets may have ``batch_size=None``; and on XLA
-        devices batches are moved by the loader itself (no ``MpDeviceLoader``).
+        devices the loader is not wrapped: the prepared loader itself reads through
+        ``MpDeviceLoader``, keeps its tuples and named tuples, and raises a dataset's error
+        (where torch_xla's reading thread would end the epoch silently).
     """
     if not isinstance(dataloader, DataLoader):
         raise invalid("dataloader", dataloader, "expected a torch DataLoader", TypeError)
@@ -198,8 +204,16 @@ def prepare_data_loader(
     refuse_unsupported(use_stateful_dataloader, torch_device_mesh)
     n, p = _processes(num_processes, process_index)
     iterable = isinstance(dataloader.dataset, IterableDataset)
+    xla = put_on_device and _on_xla(device)
+    if xla and dispatch_batches:
+        raise invalid(
+            "dispatch_batches",
+            dispatch_batches,
+            "on XLA devices every replica reads its own shard (nothing is broadcast from "
+            "replica 0); leave it None or pass False",
+        )
     if dispatch_batches is None:
-        dispatch_batches = put_on_device and iterable
+        dispatch_batches = put_on_device and iterable and not xla
     if dispatch_batches:
         _check_dispatch(put_on_device, n, p)
     if put_on_device and device is None:
@@ -256,7 +270,7 @@ def prepare_data_loader(
         batch_size = dataloader.batch_size
         if shard:
             batches = BatchSamplerShard(batches, n, p, split_batches, even_batches)
-    return DataLoaderShard(
+    loader = DataLoaderShard(
         dataset,
         device=device if put_on_device else None,
         rng_types=rng,
@@ -266,6 +280,17 @@ def prepare_data_loader(
         **_sampling(dataloader, batches, batch_size),
         **kwargs,
     )
+    return load_through_mp_device_loader(loader, device) if xla else loader
+
+
+def _on_xla(device: torch.device | None) -> bool:
+    """Whether this process is a replica of an XLA job (asked only with ``put_on_device``)."""
+    from ..state import PartialState
+    from ..state.enums import DistributedType
+
+    if device is not None and device.type != "xla" and not PartialState._shared_state:
+        return False  # no state was created and the device is not an XLA one
+    return PartialState().distributed_type is DistributedType.XLA
 
 
 def _check_dispatch(put_on_device: bool, n: int, p: int) -> None:

@@ -138,19 +138,33 @@ def _children(value: Any, name: str):
     return []
 
 
-def check_picklable(function: Any, args: tuple) -> None:
-    """Under spawn everything travels by value: name the argument that cannot."""
+# Why the function and its arguments must pickle, and what to do, for each start method.
+_PICKLE_ADVICE = {
+    "spawn": (
+        "With start_method='spawn' the function and every argument are sent to the workers by "
+        "value; pass something picklable (or create the object inside the function), or use "
+        "start_method='fork', which inherits them."
+    ),
+    "xla": (
+        "On XLA devices torch_xla's xmp.spawn pickles the function and its arguments to start "
+        "the replicas, even though it forks them, so nothing is inherited; notebook_launcher "
+        "sends them with cloudpickle, which carries functions, lambdas and classes defined in "
+        "the notebook by value but not locks, open files, sockets, threads or processes. Pass "
+        "something picklable instead (a path, a config, plain tensors) and create the object "
+        "inside the function; start_method does not change this on XLA."
+    ),
+}
+
+
+def check_picklable(function: Any, args: tuple, start_method: str = "spawn") -> None:
+    """Where everything travels by value (spawn, xla): name the argument that cannot."""
     problem = find_unpicklable(function, "function")
     for index, arg in enumerate(args):
         if problem is not None:
             break
         problem = find_unpicklable(arg, f"args[{index}]")
     if problem is not None:
-        raise TypeError(
-            f"{problem}. With start_method='spawn' the function and every argument are sent to "
-            "the workers by value; pass something picklable (or create the object inside the "
-            "function), or use start_method='fork', which inherits them."
-        )
+        raise TypeError(f"{problem}. {_PICKLE_ADVICE.get(start_method, _PICKLE_ADVICE['spawn'])}")
 
 
 def run_preflight(function: Any, args: tuple, plan: LaunchPlan) -> None:
@@ -158,8 +172,8 @@ def run_preflight(function: Any, args: tuple, plan: LaunchPlan) -> None:
         finding = check(plan)
         if finding is not None:
             raise PreflightError(str(finding))
-    if plan.start_method in ("spawn", "xla"):  # both send the function by value
-        check_picklable(function, args)
+    if plan.start_method in _PICKLE_ADVICE:  # both send the function by value
+        check_picklable(function, args, plan.start_method)
 
 
 def _short(value: Any, limit: int = 80) -> str:

@@ -3,10 +3,12 @@ importable: the test double in the default lane, the real package in scripts/tes
 
 from __future__ import annotations
 
+import collections
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -95,10 +97,7 @@ def collectives(scale):
 
 def test_collectives_go_through_xla(replicas):
     if replicas > 1 and not _double():
-        pytest.xfail(
-            "torch_xla 2.9 on PJRT CPU aborts collectives between thread replicas "
-            "(rendezvous.cc termination timeout), with a bare xmp.spawn + xm.all_reduce too"
-        )
+        pytest.xfail(THREAD_REPLICA_COLLECTIVES)
     values = notebook_launcher(collectives, args=(2.0,), num_processes=replicas, ui="none").values
     n = replicas
     for rank, got in enumerate(values):
@@ -170,3 +169,186 @@ def test_a_runtime_started_in_the_kernel_is_caught_before_launching(tmp_path):
     )
     assert "PREFLIGHT The XLA runtime has already been started" in done.stdout, done.stderr
     assert PreflightError.__name__ == "PreflightError"
+
+
+# -- data loading ----------------------------------------------------------------------------------
+
+THREAD_REPLICA_COLLECTIVES = (
+    "torch_xla 2.9 on PJRT CPU aborts collectives between thread replicas "
+    "(rendezvous.cc termination timeout), with a bare xmp.spawn + xm.all_reduce too"
+)
+Pair = collections.namedtuple("Pair", "x index")
+
+
+def _numbers(samples, fail_at=None):
+    """A dataset of ``samples`` Pairs that records the threads reading it (and may fail)."""
+    import threading
+
+    import torch
+    from torch.utils.data import Dataset
+
+    class Numbers(Dataset):
+        readers: list = []
+
+        def __len__(self):
+            return samples
+
+        def __getitem__(self, index):
+            if index == fail_at:
+                raise LookupError(f"sample {index} is corrupt")
+            self.readers.append(threading.get_ident())
+            return Pair(torch.tensor([float(index)]), index)
+
+    return Numbers()
+
+
+def prepared_batches(samples, batch_size):
+    import threading
+
+    import torch_xla.distributed.parallel_loader as pl
+    from torch.utils.data import DataLoader
+
+    from notebook_launcher import GradientState, PartialState
+    from notebook_launcher.data import prepare_data_loader, skip_first_batches
+    from notebook_launcher.data.xla_loader import routes_through_mp_device_loader
+
+    state = PartialState()
+    dataset = _numbers(samples)
+    loader = prepare_data_loader(
+        DataLoader(dataset, batch_size=batch_size), put_on_device=True, rng_types=["generator"]
+    )
+    for _ in loader:  # an epoch left early: its threads stop, the loader is no longer active
+        break
+    active_after_break = GradientState().in_dataloader
+    dataset.readers.clear()
+    batches, flags = [], []
+    for batch in loader:
+        batches.append(batch)
+        flags.append(loader.end_of_dataloader)
+    skipped = list(skip_first_batches(loader, 1))
+    return {
+        "state_device": str(state.device),
+        "devices": sorted({str(b.x.device) for b in batches + skipped}),
+        "types": sorted({type(b).__name__ for b in batches}),
+        "indices": [b.index.cpu().tolist() for b in batches],
+        "skipped": [b.index.cpu().tolist() for b in skipped],
+        "len": len(loader),
+        "total_batch_size": loader.total_batch_size,
+        "total_dataset_length": loader.total_dataset_length,
+        "end_flags": flags,
+        "active_after_break": active_after_break,
+        "read_in_background": sum(r != threading.get_ident() for r in dataset.readers),
+        "routed": routes_through_mp_device_loader(loader),
+        "mp_device_loader": pl.MpDeviceLoader.__module__,
+    }
+
+
+def test_a_prepared_loader_reads_through_mp_device_loader_onto_the_device(replicas):
+    samples, size = 10, 2
+    values = notebook_launcher(prepared_batches, args=(samples, size), ui="none").values
+    steps = -(-samples // (size * replicas))  # even_batches: every replica gets as many
+    order = list(range(samples)) * 2
+    for rank, got in enumerate(values):
+        assert got["routed"] and got["mp_device_loader"] == "torch_xla.distributed.parallel_loader"
+        assert got["devices"] == [got["state_device"]]
+        if not _double():
+            assert got["state_device"].startswith("xla")
+        assert got["types"] == ["Pair"]  # torch_xla alone would give lists
+        starts = [(step * replicas + rank) * size for step in range(steps)]
+        assert got["indices"] == [order[s : s + size] for s in starts]
+        assert got["skipped"] == got["indices"][1:]
+        assert got["len"] == steps
+        assert got["total_batch_size"] == size * replicas
+        assert got["total_dataset_length"] == samples
+        assert got["end_flags"] == [False] * (steps - 1) + [True]
+        assert not got["active_after_break"]
+        assert got["read_in_background"] >= (steps - 1) * size  # all but the first batch
+
+
+def metrics(samples, batch_size):
+    import torch
+    from torch.utils.data import DataLoader
+
+    from notebook_launcher import Accelerator
+
+    accelerator = Accelerator()
+    # Shuffled: the replicas' shuffles agree only if the generators are synchronised.
+    data = DataLoader(torch.arange(samples), batch_size=batch_size, shuffle=True)
+    loader = accelerator.prepare(data)
+    seen = []
+    for batch in loader:
+        assert batch.device == accelerator.device
+        seen += accelerator.gather_for_metrics(batch).cpu().tolist()
+    return seen
+
+
+def test_gather_for_metrics_drops_the_duplicated_tail_on_xla(replicas):
+    if replicas > 1 and not _double():
+        pytest.xfail(THREAD_REPLICA_COLLECTIVES)
+    values = notebook_launcher(metrics, args=(23, 2), ui="none").values
+    assert all(sorted(seen) == list(range(23)) for seen in values)
+
+
+def reads_a_corrupt_sample():
+    from torch.utils.data import DataLoader
+
+    from notebook_launcher.data import prepare_data_loader
+
+    loader = prepare_data_loader(
+        DataLoader(_numbers(12, fail_at=9), batch_size=2), put_on_device=True
+    )
+    return [batch.index.tolist() for batch in loader]
+
+
+def test_an_error_reading_a_batch_in_the_background_is_raised_in_the_replica(replicas):
+    with pytest.raises(LookupError, match="sample 9 is corrupt"):
+        notebook_launcher(reads_a_corrupt_sample, ui="none")
+
+
+def dispatches():
+    from torch.utils.data import DataLoader
+
+    from notebook_launcher.data import prepare_data_loader
+
+    try:
+        prepare_data_loader(DataLoader(_numbers(4)), put_on_device=True, dispatch_batches=True)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def test_dispatch_batches_is_refused_on_xla():
+    message = notebook_launcher(dispatches, ui="none").values[0]
+    assert message.startswith("dispatch_batches=True is not valid: on XLA devices")
+
+
+def raw_mp_device_loader():
+    import torch
+    import torch_xla
+    import torch_xla.distributed.parallel_loader as pl
+
+    loader = pl.MpDeviceLoader([(torch.ones(2), 1), Pair(torch.zeros(1), 2)], torch_xla.device())
+    items = list(loader)
+    return len(loader), [type(item).__name__ for item in items], str(items[0][0].device)
+
+
+def test_mp_device_loader_turns_tuples_into_lists_on_the_device():
+    length, kinds, device = notebook_launcher(raw_mp_device_loader, ui="none").values[0]
+    assert (length, kinds) == (2, ["list", "list"])
+    assert device.startswith("xla") or _double()
+
+
+# -- pickling --------------------------------------------------------------------------------------
+
+
+def test_an_unpicklable_argument_is_explained_for_xla():
+    with pytest.raises(TypeError) as info:
+        notebook_launcher(identity_of, args=({"lock": threading.Lock()},), ui="none")
+    message = str(info.value)
+    assert message.startswith("args[0]['lock'] (lock) cannot be pickled")
+    assert "xmp.spawn pickles the function and its arguments" in message
+    assert "start_method='fork'" not in message and "cloudpickle" in message
+
+
+def identity_of(value):
+    return value

@@ -4,8 +4,9 @@ It imitates what notebook_launcher uses of torch_xla 2.9 on the CPU (``PJRT_DEVI
 ``xmp.spawn`` (refuses ``nprocs`` other than None/1, runs ``nprocs=1`` in the caller, pickles
 ``fn`` and ``args``, starts replica processes through a ProcessPoolExecutor and, with
 ``CPU_NUM_DEVICES=N``, N replicas as threads of one process), ``torch_xla.runtime`` ordinals and
-sizes, and ``xm.all_reduce``/``all_gather``/``rendezvous``/``mesh_reduce`` done with gloo across
-real processes and threads. Devices are the CPU. ``FAKE_XLA_PROCESSES=P`` spreads the
+sizes, ``xm.all_reduce``/``all_gather``/``rendezvous``/``mesh_reduce`` done with gloo across
+real processes and threads, and ``MpDeviceLoader`` with torch_xla's reading and transfer threads
+(``xm.send_cpu_data_to_device`` copies, turning tuples into lists). Devices are the CPU. ``FAKE_XLA_PROCESSES=P`` spreads the
 ``CPU_NUM_DEVICES`` replicas over P processes (one per device as on TPU v4 hosts) where the real
 package on the CPU always starts one process.
 Installed only for the XLA tests, through sys.path / PYTHONPATH.

@@ -100,3 +100,37 @@ def rendezvous(tag: str, payload: bytes = b"", replicas: list[int] = []) -> list
 def mesh_reduce(tag: str, data: Any, reduce_fn: Callable[[list[Any]], Any]) -> Any:
     """``reduce_fn`` of every replica's ``data`` (ordinal order), the same on every replica."""
     return reduce_fn([pickle.loads(p) for p in rendezvous(tag, pickle.dumps(data))])
+
+
+def send_cpu_data_to_device(datas: Any, device: Any, input_sharding: Any = None) -> Any:
+    """Copies of the CPU tensors (exactly ``torch.Tensor``) in ``datas`` on ``device``.
+
+    Rebuilt as torch_xla rebuilds them: tuples (named ones too) become lists, dicts plain
+    dicts, other objects with a ``__dict__`` shallow copies; a lone tensor comes back in a list.
+    """
+    if type(datas) is torch.Tensor:
+        datas = [datas]
+    return _rewrite(datas, torch.device(device), {})
+
+
+def _rewrite(value: Any, device: torch.device, seen: dict[int, Any]) -> Any:
+    if id(value) in seen:
+        return seen[id(value)]
+    if type(value) is torch.Tensor and value.device.type == "cpu":
+        result = value.to(device, copy=True)
+    elif isinstance(value, dict):
+        result = {_rewrite(k, device, seen): _rewrite(v, device, seen) for k, v in value.items()}
+    elif isinstance(value, set):
+        result = {_rewrite(v, device, seen) for v in value}
+    elif isinstance(value, (list, tuple)):
+        result = [_rewrite(v, device, seen) for v in value]
+    elif hasattr(value, "__dict__") and not isinstance(value, type):
+        import copy
+
+        result = copy.copy(value)
+        for key, item in vars(value).items():
+            result.__dict__[key] = _rewrite(item, device, seen)
+    else:
+        result = value
+    seen[id(value)] = result
+    return result
