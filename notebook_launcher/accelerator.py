@@ -29,12 +29,14 @@ from .accelerator_training import AcceleratorTraining, _check_instance
 from .data import prepare_data_loader as _prepare_data_loader
 from .kwargs import (
     AutocastKwargs,
+    DDPCommunicationHookType,
     DistributedDataParallelKwargs,
     FP8RecipeKwargs,
     GradScalerKwargs,
     InitProcessGroupKwargs,
     ProfileKwargs,
 )
+from .ops import shared_memory
 from .optimizer import AcceleratedOptimizer
 from .precision import check_autocast, make_scaler, wrap_forward
 from .resumable import make_resumable
@@ -378,7 +380,10 @@ class Accelerator(AcceleratorTraining, AcceleratorHelpers, AcceleratorDistribute
         wrapped = DistributedDataParallel(
             model, device_ids=ids, output_device=ids[0] if ids else None, **handler.to_kwargs()
         )
-        handler.register_comm_hook(wrapped)
+        if handler.comm_hook is DDPCommunicationHookType.NO and self.device.type == "cpu":
+            shared_memory.register_hook(wrapped)  # where every rank is on this machine
+        else:
+            handler.register_comm_hook(wrapped)
         return wrapped
 
     def prepare_optimizer(

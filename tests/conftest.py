@@ -1,4 +1,5 @@
-"""Shared fixtures: every test must leave no worker process and no listening port behind."""
+"""Shared fixtures: every test must leave no worker process, listening port or shared-memory
+file behind."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import time
 import psutil
 import pytest
 from processtree import live_descendants
+
+from notebook_launcher.ops import shared_memory
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -40,9 +43,11 @@ def listening_ports() -> set[int]:
 
 @pytest.fixture(autouse=True)
 def no_leaks():
-    """Fail the test if it leaves a child process or a listening socket in this process."""
+    """Fail the test if it leaves a child process, a listening socket or a shared-memory file."""
     ports_before = listening_ports()
     yield
+    exchange_files = shared_memory.leftover_files(os.getpid())
+    assert not exchange_files, f"shared-memory files left behind: {exchange_files}"
     deadline = time.monotonic() + 2.0
     while live_descendants() and time.monotonic() < deadline:
         time.sleep(0.05)

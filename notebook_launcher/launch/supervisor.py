@@ -18,6 +18,7 @@ from ..events import (
     WorkerStarted,
     WorkerStopped,
 )
+from ..ops import shared_memory
 from .base import WorkerHandle
 from .errors import (
     AttemptFailed,
@@ -350,6 +351,8 @@ class Supervisor:
             handle.exitcode = handle.process.exitcode
             handle.close()
         self._by_conn.clear()
+        # Workers unlink their shared-memory exchange at once; one that died first cannot.
+        shared_memory.remove_leftovers(os.getpid())
 
     def _await_exits(self, handles: list[WorkerHandle], limit: float) -> None:
         end = self.clock() + limit

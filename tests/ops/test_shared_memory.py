@@ -1,0 +1,157 @@
+"""The shared-memory gradient all-reduce, across real ranks on this machine.
+
+The suite's no-leak check (conftest) also fails any test that leaves an exchange file behind.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+
+from notebook_launcher import Accelerator, PartialState, notebook_launcher
+from notebook_launcher.launch.errors import WorkersFailedError
+from notebook_launcher.ops import shared_memory
+
+pytestmark = pytest.mark.skipif(
+    not shared_memory.supported(), reason="the exchange needs x86-64 Linux with /dev/shm"
+)
+
+DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64)
+
+
+def values(rank: int, dtype: torch.dtype, count: int) -> torch.Tensor:
+    """Rank ``rank``'s input: exact in every dtype, different on every rank."""
+    return (torch.arange(count) % 7 + 10 * rank).to(dtype)
+
+
+def exchange_everything(needed_bytes):
+    state = PartialState()
+    exchange = shared_memory.SharedMemoryAllReduce.create(needed_bytes)
+    out = {"slot_bytes": exchange.slot_bytes}
+    for dtype in DTYPES:
+        for count in (1, 37, 5000):  # 5000 elements: several chunks when slots are small
+            tensor = values(state.process_index, dtype, count)
+            out[(dtype, count)] = exchange.all_reduce_(tensor).clone()
+    halves = exchange.all_reduce_(torch.full((1000,), 2.0 * (state.process_index + 1)), 2)
+    out["divided"] = halves
+    try:
+        exchange.all_reduce_(torch.ones(4, 4).t())
+    except ValueError as error:
+        out["strided"] = str(error)
+    exchange.close()
+    return out
+
+
+@pytest.mark.parametrize(
+    ("world", "needed"), [(2, 1 << 20), (3, 1 << 20), (2, 100)], ids=["2", "3", "2-chunked"]
+)
+def test_sums_every_dtype_in_rank_order_on_every_rank(world, needed):
+    results = notebook_launcher(exchange_everything, args=(needed,), num_processes=world)
+    slot = results[0]["slot_bytes"]
+    assert slot % 64 == 0 and slot <= max(needed, 64)
+    for dtype in DTYPES:
+        for count in (1, 37, 5000):
+            expected = sum(values(r, dtype, count) for r in range(world)).to(dtype)
+            for out in results:
+                assert out[(dtype, count)].dtype == dtype
+                assert torch.equal(out[(dtype, count)], expected), (dtype, count)
+    ranks_sum = sum(range(1, world + 1))
+    for out in results:
+        assert torch.equal(out["divided"], torch.full((1000,), float(ranks_sum)))
+        assert "contiguous" in out["strided"]
+
+
+def ddp_weights(steps):
+    from torch.nn.parallel import DistributedDataParallel
+
+    state = PartialState()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    accelerator = Accelerator()
+    model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    assert isinstance(model, DistributedDataParallel)
+    hooked = [hook.__name__ for hook, _ in model._comm_hooks]
+    generator = torch.Generator().manual_seed(state.process_index)
+    for _ in range(steps):
+        x = torch.randn(4, 8, generator=generator)
+        optimizer.zero_grad()
+        accelerator.backward(model(x).pow(2).mean())
+        optimizer.step()
+    return hooked, [p.detach().clone() for p in model.parameters()]
+
+
+def test_ddp_through_shared_memory_gives_gloos_weights(monkeypatch):
+    shared = notebook_launcher(ddp_weights, args=(5,), num_processes=2)
+    monkeypatch.setenv(shared_memory.ENV_SWITCH, "0")
+    gloo = notebook_launcher(ddp_weights, args=(5,), num_processes=2)
+    assert shared[0][0] == ["all_reduce_hook"] and gloo[0][0] == []
+    for rank in range(2):
+        for mine, theirs in zip(shared[rank][1], gloo[rank][1], strict=True):
+            assert torch.equal(mine, theirs)  # two ranks: the same additions, bit for bit
+        for mine, rank_zero in zip(shared[rank][1], shared[0][1], strict=True):
+            assert torch.equal(mine, rank_zero)
+
+
+def one_rank_never_arrives(timeout):
+    state = PartialState()
+    exchange = shared_memory.SharedMemoryAllReduce.create(1024, timeout=timeout)
+    if state.process_index == 1:
+        time.sleep(timeout + 1.5)  # busy with something else until after rank 0 gave up
+        return None
+    started = time.monotonic()
+    try:
+        exchange.all_reduce_(torch.ones(8))
+    except RuntimeError as error:
+        return str(error), time.monotonic() - started
+
+
+def test_a_rank_that_never_arrives_is_named_after_the_timeout():
+    results = notebook_launcher(one_rank_never_arrives, args=(0.5,), num_processes=2, timeout=60)
+    message, waited = results[0]
+    assert "rank 0 waited" in message and "rank(s) [1]" in message
+    assert 0.5 <= waited < 1.5  # it gave up on time, while rank 1 was still busy
+
+
+def rank_dies_while_the_other_waits():
+    state = PartialState()
+    exchange = shared_memory.SharedMemoryAllReduce.create(1024)
+    if state.process_index == 1:
+        raise KeyError("rank 1 broke before the all-reduce")
+    exchange.all_reduce_(torch.ones(8))
+
+
+def test_a_rank_that_dies_fails_the_job_at_once_and_leaves_nothing():
+    started = time.monotonic()
+    with pytest.raises(KeyError, match="rank 1 broke"):
+        notebook_launcher(rank_dies_while_the_other_waits, num_processes=2, timeout=60)
+    assert time.monotonic() - started < 30
+
+
+def killed_before_unlinking():
+    import signal
+
+    state = PartialState()
+    if state.process_index == 0:  # create the file, as rank 0 does, and die holding it
+        path = shared_memory._create_file(4096)
+        assert path and os.path.exists(path)
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(30)
+
+
+def test_the_launcher_removes_the_file_of_a_rank_that_died_holding_it():
+    with pytest.raises(WorkersFailedError):
+        notebook_launcher(killed_before_unlinking, num_processes=2, timeout=60)
+    assert not shared_memory.leftover_files(os.getpid())  # the launcher removed it
+
+
+def switched_off():
+    return shared_memory.SharedMemoryAllReduce.create(1024)
+
+
+def test_the_switch_and_a_single_process_leave_gloo_in_charge(monkeypatch):
+    assert notebook_launcher(switched_off, num_processes=1)[0] is None
+    monkeypatch.setenv(shared_memory.ENV_SWITCH, "0")
+    assert list(notebook_launcher(switched_off, num_processes=2)) == [None, None]
