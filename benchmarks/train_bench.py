@@ -1,6 +1,9 @@
 """End-to-end training throughput of a tiny MLP: notebook_launcher's Accelerator against peers.
 
 * ``ours``        ``notebook_launcher.notebook_launcher`` + ``notebook_launcher.Accelerator``
+* ``ours_gloo``   the same with ``NOTEBOOK_LAUNCHER_SHARED_MEMORY=0``: DDP's gradients over gloo,
+                  as the peers send them, instead of through shared memory (not a peer: it
+                  shows what the shared-memory all-reduce brings)
 * ``accelerate``  ``accelerate.notebook_launcher`` + ``accelerate.Accelerator(cpu=True)``
 * ``fabric``      Lightning Fabric, ``strategy="ddp_fork"`` (skipped when not installed)
 
@@ -86,7 +89,7 @@ def train_fabric(fabric, epochs):
 
 
 def run(framework, n, epochs):
-    if framework == "ours":
+    if framework in ("ours", "ours_gloo"):
         from notebook_launcher import notebook_launcher
 
         return notebook_launcher(train_ours, args=(epochs,), num_processes=n, ui="none")[0]
@@ -136,7 +139,7 @@ def main():
     parser.add_argument("--sizes", default="1,2")
     parser.add_argument("--json")
     args = parser.parse_args()
-    frameworks = ["ours", "accelerate"]
+    frameworks = ["ours", "ours_gloo", "accelerate"]
     try:
         import lightning  # noqa: F401
 
@@ -156,7 +159,7 @@ def main():
     table = {}
     for n in sizes:
         medians = {f: statistics.median(rates[(f, n)]) for f in frameworks}
-        best = max(v for f, v in medians.items() if f != "ours")
+        best = max(v for f, v in medians.items() if not f.startswith("ours"))
         table[n] = {
             "medians": medians,
             "ratio": medians["ours"] / best,
@@ -170,6 +173,7 @@ def main():
 
 
 def _in_subprocess(framework, n, epochs):
+    import os
     import subprocess
     import sys
 
@@ -177,7 +181,12 @@ def _in_subprocess(framework, n, epochs):
         "import sys; sys.path.insert(0, 'benchmarks'); import train_bench as t; "
         f"r = t.run({framework!r}, {n}, {epochs}); print('RATE', r)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    env = dict(os.environ)
+    if framework == "ours_gloo":
+        env["NOTEBOOK_LAUNCHER_SHARED_MEMORY"] = "0"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env
+    )
     for line in out.stdout.splitlines():
         if line.startswith("RATE"):
             return float(line.split()[1])
