@@ -8,18 +8,42 @@ as one worker: its events, its output with its rank label, its exit (reported by
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import cloudpickle
 import torch.multiprocessing as tmp
 
+from ..events import OutputLine
 from .base import Launcher, WorkerHandle
-from .output import LineSplitter
+from .output import FATAL_MARK, LineSplitter
 from .processes import kill_tree
 from .worker import WorkerSpec
 from .xla_replica import ReplicaGroup, ReplicaPipes, run_helper
 
 KILLED = -9  # the exit code reported when the helper vanished without saying (it was killed)
+PROCESS_MARK = "(process) "  # starts the lines of a process of thread replicas, not of one replica
+
+
+class ProcessLineSplitter(LineSplitter):
+    """The file-descriptor level output of a process whose replicas are threads.
+
+    Such a process has one fd 1 and one fd 2 for all its replicas, so what reaches them (C and
+    C++ libraries, the XLA runtime, threads no replica started) cannot be told apart by replica:
+    the lines go with the process's first rank, marked with :data:`PROCESS_MARK`. A crash
+    report (from faulthandler's first line on) is left as it was written, to be read as one.
+    """
+
+    def __init__(self, rank: int, stream: str) -> None:
+        super().__init__(rank, stream)
+        self._crashed = False
+
+    def _line(self, raw: bytes) -> OutputLine:
+        line = super()._line(raw)
+        self._crashed = self._crashed or line.text.startswith(FATAL_MARK)
+        if self._crashed:
+            return line
+        return dataclasses.replace(line, text=PROCESS_MARK + line.text)
 
 
 class _Helper:
@@ -121,8 +145,6 @@ class XlaLauncher(Launcher):
         return handle
 
     def _start_group(self, spec: WorkerSpec, payload: bytes, now: float) -> dict[int, WorkerHandle]:
-        import dataclasses
-
         ctx = self.context
         count = spec.context.local_world_size
         first = spec.context.rank - spec.context.local_rank
@@ -134,7 +156,9 @@ class XlaLauncher(Launcher):
         ]
         kernel_ends, child_pipes = [], []
         for _ in range(count):
-            ends = [ctx.Pipe(duplex=False) for _ in range(4)]  # events, stdout, stderr, exited
+            # events, stdout, stderr, exited, and the process's stdout and stderr (see
+            # ReplicaPipes: used where this rank is the first of a process of thread replicas)
+            ends = [ctx.Pipe(duplex=False) for _ in range(6)]
             kernel_ends.append([r for r, _ in ends])
             child_pipes.append(ReplicaPipes(*(w for _, w in ends)))
         hello_r, hello_w = ctx.Pipe(duplex=False)
@@ -150,20 +174,25 @@ class XlaLauncher(Launcher):
             raise
         finally:
             for pipes in child_pipes:
-                for conn in (pipes.events, pipes.stdout, pipes.stderr, pipes.exited):
+                for conn in pipes.connections():
                     conn.close()
             hello_r.close()
             hello_w.close()
         helper = _Helper(process, count)
         handles = {}
-        for r, (events, out, err, flag) in enumerate(kernel_ends):
+        for r, (events, out, err, flag, process_out, process_err) in enumerate(kernel_ends):
             rank = first + r
             handles[r] = WorkerHandle(
                 rank=rank,
                 local_rank=r,
                 process=ReplicaProcess(helper, r, flag),
                 events=events,
-                streams={out: LineSplitter(rank, "stdout"), err: LineSplitter(rank, "stderr")},
+                streams={
+                    out: LineSplitter(rank, "stdout"),
+                    err: LineSplitter(rank, "stderr"),
+                    process_out: ProcessLineSplitter(rank, "stdout"),
+                    process_err: ProcessLineSplitter(rank, "stderr"),
+                },
                 pid=process.pid,  # the replica's own pid replaces it once it has started
                 started_at=now,
                 last_alive=now,

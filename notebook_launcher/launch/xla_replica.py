@@ -11,6 +11,7 @@ code, over one more pipe per rank.
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import os
 import sys
 import threading
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .context import EventChannel, set_context
-from .worker import WorkerSpec
+from .worker import STACK_DUMP_SIGNAL, WorkerSpec
 
 FAILED_REPLICA_LINGER = 30.0  # a failed thread replica waits this long for the kernel to stop it
 
@@ -33,6 +34,13 @@ class ReplicaPipes:
     stdout: Any
     stderr: Any
     exited: Any  # written by the helper: the exit code of the replica's process
+    # fds 1 and 2 of a process of thread replicas whose first replica has this rank (C-level
+    # output cannot be told apart by thread); closed unused everywhere else
+    process_stdout: Any
+    process_stderr: Any
+
+    def connections(self) -> list[Any]:
+        return [getattr(self, f.name) for f in dataclasses.fields(self)]
 
 
 @dataclass
@@ -146,8 +154,9 @@ def _runtime() -> tuple[int, int, int, int]:
 
 
 class _ThreadRoutedStream:
-    """``sys.stdout``/``sys.stderr`` of a process whose replicas are threads: each thread's
-    Python-level output goes to its own rank's pipe (C-level output goes to the first rank's)."""
+    """``sys.stdout``/``sys.stderr`` of a process whose replicas are threads: each replica's
+    Python-level output goes to its own rank's pipe, and so does that of the threads it starts
+    (see :func:`_inherit_routes`); other threads write to ``default``, the process's stream."""
 
     def __init__(self, default: Any) -> None:
         self._default = default
@@ -156,8 +165,16 @@ class _ThreadRoutedStream:
     def route(self, stream: Any) -> None:
         self._local.stream = stream
 
+    def routed(self) -> Any:
+        """The calling thread's own stream, or None."""
+        return getattr(self._local, "stream", None)
+
     def _target(self) -> Any:
-        return getattr(self._local, "stream", self._default)
+        stream = getattr(self._local, "stream", None)
+        if stream is None:
+            inherited = getattr(threading.current_thread(), "_replica_streams", {})
+            stream = self._local.stream = inherited.get(id(self), self._default)
+        return stream
 
     def write(self, text: str) -> int:
         return self._target().write(text)
@@ -169,8 +186,32 @@ class _ThreadRoutedStream:
         return getattr(self._target(), name)
 
 
+_THREAD_START = threading.Thread.start
+
+
+def _start_with_routes(thread: threading.Thread) -> None:
+    """``Thread.start`` in a process of thread replicas: the new thread inherits the streams of
+    the replica that starts it."""
+    streams = [s for s in (sys.stdout, sys.stderr) if isinstance(s, _ThreadRoutedStream)]
+    routes = {id(s): s.routed() for s in streams if s.routed() is not None}
+    if routes:
+        thread._replica_streams = routes  # type: ignore[attr-defined]
+    _THREAD_START(thread)
+
+
+def _inherit_routes() -> None:
+    """Make threads started by a replica write their Python-level output where it does."""
+    threading.Thread.start = _start_with_routes  # type: ignore[method-assign]
+
+
 def _setup_process(group: ReplicaGroup, rank: int, here: int) -> None:
-    """Once per replica process: parent death, own process group, fd-level output, state."""
+    """Once per replica process: parent death, own process group, fd-level output, state.
+
+    Alone in its process, a replica's fds 1 and 2 are its rank's pipes. Several replicas
+    (threads) share fds 1 and 2: those go to the process's pipes (shown marked as the whole
+    process's), each replica's Python-level streams to its own rank's pipes, and faulthandler's
+    reports (of every thread) to the first replica's.
+    """
     from .worker import (
         _die_with_parent,
         _redirect_streams,
@@ -179,11 +220,18 @@ def _setup_process(group: ReplicaGroup, rank: int, here: int) -> None:
     )
 
     _die_with_parent(group.helper_pid)
-    for other in group.pipes:
+    for index, other in enumerate(group.pipes):
         other.exited.close()  # the helper's to write; held here they would hide its reports
+        if index != rank or here == 1:
+            other.process_stdout.close()
+            other.process_stderr.close()
     group.hello_r.close()
     spec = group.specs[rank]
-    _redirect_streams(group.pipes[rank].stdout, group.pipes[rank].stderr)
+    pipes = group.pipes[rank]
+    if here > 1:
+        _redirect_streams(pipes.process_stdout, pipes.process_stderr)
+    else:
+        _redirect_streams(pipes.stdout, pipes.stderr)
     os.environ.update(torchrun_environment(spec.context, spec))
     import torch
 
@@ -195,17 +243,23 @@ def _setup_process(group: ReplicaGroup, rank: int, here: int) -> None:
         use_thread_replicas(True)
         sys.stdout = _ThreadRoutedStream(sys.stdout)
         sys.stderr = _ThreadRoutedStream(sys.stderr)
+        _inherit_routes()
+        stderr = _route_thread(group, rank)
+        faulthandler.enable(file=stderr, all_threads=True)
+        faulthandler.register(STACK_DUMP_SIGNAL, file=stderr, all_threads=True, chain=False)
 
 
-def _route_thread(group: ReplicaGroup, rank: int) -> None:
-    """A second (third ...) thread replica of the process: its own streams for its rank."""
+def _route_thread(group: ReplicaGroup, rank: int) -> Any:
+    """A thread replica: its own Python-level streams for its rank (returns its stderr)."""
     pipes = group.pipes[rank]
+    stream = None
     for routed, conn in ((sys.stdout, pipes.stdout), (sys.stderr, pipes.stderr)):
         stream = open(  # noqa: SIM115
             conn.fileno(), "w", buffering=1, encoding="utf-8", errors="backslashreplace"
         )
         if isinstance(routed, _ThreadRoutedStream):
             routed.route(stream)
+    return stream
 
 
 def run_replica(index: int, payload: bytes) -> None:

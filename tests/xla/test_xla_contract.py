@@ -68,6 +68,32 @@ def test_every_replica_returns_its_rank_with_output_labelled(replicas, capfd):
         assert f"[rank{rank}] hello from ordinal {rank}" in out
 
 
+def writes_at_every_level():
+    import threading
+
+    from notebook_launcher import PartialState
+
+    rank = PartialState().process_index
+    child = threading.Thread(target=print, args=(f"child thread of replica {rank}",))
+    child.start()
+    child.join(30)
+    os.write(1, f"fd 1 of replica {rank}\n".encode())
+    os.write(2, f"fd 2 of replica {rank}\n".encode())
+    print(f"print of replica {rank}", file=sys.stderr, flush=True)
+
+
+def test_output_is_labelled_by_replica_where_it_can_be_and_by_process_where_not(replicas, capfd):
+    notebook_launcher(writes_at_every_level, ui="none")
+    captured = capfd.readouterr()
+    out, err = captured.out.splitlines(), captured.err.splitlines()
+    process = "(process) " if replicas > 1 else ""  # replicas are threads of one process
+    for rank in range(replicas):
+        assert f"[rank{rank}] child thread of replica {rank}" in out
+        assert f"[rank{rank}] print of replica {rank}" in err
+        assert f"[rank0] {process}fd 1 of replica {rank}" in out
+        assert f"[rank0] {process}fd 2 of replica {rank}" in err
+
+
 def collectives(scale):
     import torch
 
