@@ -267,9 +267,25 @@ def all_reduce_hook(exchange: SharedMemoryAllReduce, bucket):
     return future
 
 
-def register_hook(model: Any, timeout: float = DEFAULT_TIMEOUT) -> bool:
+def group_timeout() -> float:
+    """The default process group's timeout in seconds (gloo's, as set by init_process_group)."""
+    import torch.distributed as dist
+
+    try:
+        group = dist.distributed_c10d._get_default_group()
+        return group._get_backend(torch.device("cpu")).options._timeout.total_seconds()
+    except (AttributeError, RuntimeError):  # private API moved: gloo's documented default
+        return DEFAULT_TIMEOUT
+
+
+def register_hook(model: Any, timeout: float | None = None) -> bool:
     """Carry ``model``'s (a DistributedDataParallel of CPU parameters) gradients through shared
-    memory where the job allows; collective. Whether the hook was registered."""
+    memory where the job allows; collective. Whether the hook was registered.
+
+    ``timeout`` (seconds a rank waits for the others at each step) defaults to the process
+    group's, so a slow rank is given as long as gloo would give it.
+    """
+    timeout = group_timeout() if timeout is None else timeout
     params = [p for p in model.parameters() if p.requires_grad]
     on_cpu = all(p.device.type == "cpu" for p in params)
     if not dist_all(on_cpu and bool(params)):

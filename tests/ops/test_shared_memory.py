@@ -155,3 +155,16 @@ def test_the_switch_and_a_single_process_leave_gloo_in_charge(monkeypatch):
     assert notebook_launcher(switched_off, num_processes=1)[0] is None
     monkeypatch.setenv(shared_memory.ENV_SWITCH, "0")
     assert list(notebook_launcher(switched_off, num_processes=2)) == [None, None]
+
+
+def test_the_hook_waits_as_long_as_the_process_group_would():
+    import datetime
+
+    from notebook_launcher import InitProcessGroupKwargs
+
+    def job():
+        handler = InitProcessGroupKwargs(timeout=datetime.timedelta(seconds=77))
+        model = Accelerator(kwargs_handlers=[handler]).prepare(torch.nn.Linear(2, 2))
+        return [state.timeout for _, state in model._comm_hooks]
+
+    assert list(notebook_launcher(job, num_processes=2)) == [[77.0], [77.0]]
