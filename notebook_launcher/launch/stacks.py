@@ -10,6 +10,7 @@ _FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func
 _THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+")
 WORKER_ENTRY = "in run_worker"  # the bootstrap's frame: everything below it is the kernel's
 _COLLECTIVE_PATHS = ("torch/distributed/", "torch\\distributed\\")
+_SHARED_MEMORY_PATH = "notebook_launcher/ops/shared_memory.py"  # DDP's CPU gradient exchange
 
 
 def trim_kernel_frames(lines: list[str]) -> list[str]:
@@ -41,11 +42,17 @@ class Location:
     line: int
     in_collective: bool  # inside torch.distributed: waiting for the other ranks
     in_rendezvous: bool = False  # inside torch.distributed's rendezvous: joining the job
+    in_shared_memory: bool = False  # in the shared-memory gradient all-reduce (a collective)
 
     def describe(self) -> str:
         where = f"{self.function} ({_display_file(self.file)}:{self.line})"
         if self.in_rendezvous:
             return f"joining the job (connecting to the rendezvous store), called from {where}"
+        if self.in_shared_memory:
+            return (
+                "waiting for the other ranks in the shared-memory gradient all-reduce (DDP's "
+                f"backward), called from {where}"
+            )
         if self.in_collective:
             return f"waiting for the other ranks in torch.distributed, called from {where}"
         return f"in {where}"
@@ -60,12 +67,13 @@ def locate(stack: str) -> Location | None:
         frames = [m for m in map(_FRAME.match, block) if m]
         if not any(m.group("func") == "run_worker" for m in frames):
             continue
-        waiting = any(_is_collective(m.group("file")) for m in frames)
+        exchanging = any(_is_shared_memory(m.group("file")) for m in frames)
+        waiting = exchanging or any(_is_collective(m.group("file")) for m in frames)
         joining = any(_is_rendezvous(m.group("file")) for m in frames)
         user = [m for m in frames if not _is_library(m.group("file"))] or frames[:1]
         for m in user:  # most recent call first
             return Location(
-                m.group("func"), m.group("file"), int(m.group("line")), waiting, joining
+                m.group("func"), m.group("file"), int(m.group("line")), waiting, joining, exchanging
             )
     return None
 
@@ -81,6 +89,10 @@ def _thread_blocks(lines: list[str]) -> list[list[str]]:
 
 def _is_collective(path: str) -> bool:
     return any(part in path for part in _COLLECTIVE_PATHS)
+
+
+def _is_shared_memory(path: str) -> bool:
+    return path.replace("\\", "/").endswith(_SHARED_MEMORY_PATH)
 
 
 def _is_rendezvous(path: str) -> bool:

@@ -168,3 +168,25 @@ def test_the_hook_waits_as_long_as_the_process_group_would():
         return [state.timeout for _, state in model._comm_hooks]
 
     assert list(notebook_launcher(job, num_processes=2)) == [[77.0], [77.0]]
+
+
+def backward_while_the_peer_hangs():
+    model = Accelerator().prepare(torch.nn.Linear(4, 1))
+    if PartialState().process_index == 1:
+        time.sleep(600)  # never reaches its backward
+    model(torch.ones(2, 4)).sum().backward()
+
+
+def test_a_stall_in_the_gradient_exchange_names_the_rank_that_held_it_up():
+    from notebook_launcher import WorkerStalledError
+
+    with pytest.raises(WorkerStalledError) as caught:
+        notebook_launcher(
+            backward_while_the_peer_hangs, num_processes=2, stall_timeout=3, timeout=60
+        )
+    message = str(caught.value)
+    assert "rank 0 was waiting for the other ranks in the shared-memory gradient all-reduce" in (
+        message
+    )
+    assert "rank 1 was in backward_while_the_peer_hangs" in message
+    assert "held up by rank 1" in message
