@@ -21,7 +21,7 @@ nothing), timed in a tight loop on rank 0. ``ours - raw`` there is the fixed cos
 The workers set glibc's mmap and trim thresholds (``mallopt``) so that MB-sized buffers are
 reused by every implementation alike instead of being mapped afresh at random.
 
-    python benchmarks/ops_bench.py [--rounds 2000] [--budget 3.0] [--json out.json]
+    python benchmarks/ops_bench.py [--rounds 2000] [--budget 8.0] [--json out.json]
 """
 
 from __future__ import annotations
@@ -280,7 +280,7 @@ def print_table(rows: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2000, help="most rounds per case")
-    parser.add_argument("--budget", type=float, default=3.0, help="seconds per case, about")
+    parser.add_argument("--budget", type=float, default=8.0, help="seconds per case, about")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args(argv)
 

@@ -61,7 +61,12 @@ class AcceleratorDistributed:
             A no-op in a job of one process. In a data-parallel job every joinable must be a
             ``Joinable`` (Accelerate lets ``Join`` fail later). As with ``Join``, a gradient
             step taken while some processes have left is averaged over all the processes,
-            the ones that left counting as zeros.
+            the ones that left counting as zeros. With gradient accumulation every process
+            must synchronise on the same steps: a process whose data ends early synchronises
+            at its last batch (the end of its loader) while the others do not, and the job
+            then waits until the launcher's ``stall_timeout`` or ``timeout`` stops it (as it
+            does with Accelerate); give every process a number of batches that is a multiple
+            of the accumulation steps, or accumulate by hand with ``no_sync``.
         """
         if not isinstance(joinables, (list, tuple)):
             raise invalid("joinables", joinables, "expected a list of Joinable objects", TypeError)
