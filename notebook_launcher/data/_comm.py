@@ -11,10 +11,18 @@ from ._batches import describe, materialize, tensors_of
 
 
 def is_distributed() -> bool:
-    """Whether a default process group of more than one process exists."""
+    """Whether this process is one of several in a job.
+
+    That is a default process group of more than one process, or a state of several processes
+    without one (XLA replicas, whose collectives go through torch_xla).
+    """
     import torch.distributed as dist
 
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return True
+    from ..state.partial import PartialState
+
+    return PartialState._shared_state.get("num_processes", 1) > 1
 
 
 def broadcast_object(obj: Any) -> Any:

@@ -12,6 +12,7 @@ from ..state.partial import PartialState
 from ..utils.validation import check_int, invalid
 from .dispatch import DataLoaderDispatcher
 from .loaders import DataLoaderShard, index_batches, loader_kwargs
+from .xla_loader import load_through_mp_device_loader, routes_through_mp_device_loader
 
 
 class SkipBatchSampler(BatchSampler):
@@ -150,7 +151,7 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
             dataset, skip_batches=dataloader.skip_batches + still, **sampling, **kwargs
         )
     if isinstance(dataloader, DataLoaderShard):
-        return DataLoaderShard(
+        skipped = DataLoaderShard(
             dataset,
             device=dataloader.device,
             rng_types=dataloader.rng_types,
@@ -162,6 +163,9 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
             **sampling,
             **kwargs,
         )
+        if routes_through_mp_device_loader(dataloader):  # on XLA: keep reading through it
+            load_through_mp_device_loader(skipped, dataloader._get_iterator.device)
+        return skipped
     if still:
         return SkipDataLoader(dataset, skip_batches=still, **sampling, **kwargs)
     return DataLoader(dataset, **sampling, **kwargs)

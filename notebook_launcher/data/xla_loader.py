@@ -37,12 +37,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from ..ops import synchronize_rng_states
-from ..state.enums import RNGType
 from ..utils.tree import map_structure
 from ._batches import TensorSpec, describe, tensors_of
-from ._comm import broadcast_object
-from .samplers import SeedableRandomSampler
 
 _END = object()
 
@@ -81,26 +77,6 @@ class _HostBatches:
         self.done = batch is _END
 
 
-def _synchronize(loader: Any) -> None:
-    """Replica 0's random states for the loader's ``rng_types``.
-
-    ``DataLoaderShard`` synchronises them only over ``torch.distributed``, which XLA replicas
-    do not use; the collectives of :mod:`notebook_launcher.ops` reach them through torch_xla.
-    """
-    from ..state import PartialState
-
-    kinds = list(getattr(loader, "rng_types", None) or ())
-    if not kinds or PartialState().num_processes == 1:
-        return
-    generator = getattr(loader, "synchronized_generator", None)
-    states = [k for k in kinds if k is not RNGType.GENERATOR or generator is not None]
-    if states:
-        synchronize_rng_states(states, generator)
-    sampler = loader.get_sampler()
-    if RNGType.GENERATOR in kinds and isinstance(sampler, SeedableRandomSampler):
-        sampler.initial_seed = broadcast_object(sampler.initial_seed)
-
-
 class _DeviceBatches:
     """The iterator of one epoch's device batches: what the loader's ``_get_iterator`` returns.
 
@@ -119,7 +95,6 @@ class _DeviceBatches:
     def _start(self, loader: DataLoader) -> None:
         from torch_xla.distributed.parallel_loader import MpDeviceLoader
 
-        _synchronize(loader)
         reuse = self._host is not None and self._source is not None and self._source.done
         # The class's own _get_iterator (the instance's is the route that called this).
         self._host = self._host if reuse else type(loader)._get_iterator(loader)

@@ -265,6 +265,7 @@ def prepared_batches(samples, batch_size):
         "active_after_break": active_after_break,
         "read_in_background": sum(r != threading.get_ident() for r in dataset.readers),
         "routed": routes_through_mp_device_loader(loader),
+        "skipped_routed": routes_through_mp_device_loader(skip_first_batches(loader, 1)),
         "mp_device_loader": pl.MpDeviceLoader.__module__,
     }
 
@@ -276,6 +277,7 @@ def test_a_prepared_loader_reads_through_mp_device_loader_onto_the_device(replic
     order = list(range(samples)) * 2
     for rank, got in enumerate(values):
         assert got["routed"] and got["mp_device_loader"] == "torch_xla.distributed.parallel_loader"
+        assert got["skipped_routed"]
         assert got["devices"] == [got["state_device"]]
         if not _double():
             assert got["state_device"].startswith("xla")
@@ -291,27 +293,31 @@ def test_a_prepared_loader_reads_through_mp_device_loader_onto_the_device(replic
         assert got["read_in_background"] >= (steps - 1) * size  # all but the first batch
 
 
-def metrics(samples, batch_size):
+def metrics(samples, batch_size, device_placement=True):
     import torch
     from torch.utils.data import DataLoader
 
     from notebook_launcher import Accelerator
 
-    accelerator = Accelerator()
+    accelerator = Accelerator(device_placement=device_placement)
     # Shuffled: the replicas' shuffles agree only if the generators are synchronised.
     data = DataLoader(torch.arange(samples), batch_size=batch_size, shuffle=True)
     loader = accelerator.prepare(data)
     seen = []
     for batch in loader:
-        assert batch.device == accelerator.device
+        if device_placement:
+            assert batch.device == accelerator.device
+        else:  # batches stay on the host: the collective moves them
+            batch = batch.to(accelerator.device)
         seen += accelerator.gather_for_metrics(batch).cpu().tolist()
     return seen
 
 
-def test_gather_for_metrics_drops_the_duplicated_tail_on_xla(replicas):
+@pytest.mark.parametrize("placement", [True, False], ids=["on-device", "host-batches"])
+def test_gather_for_metrics_drops_the_duplicated_tail_on_xla(replicas, placement):
     if replicas > 1 and not _double():
         pytest.xfail(THREAD_REPLICA_COLLECTIVES)
-    values = notebook_launcher(metrics, args=(23, 2), ui="none").values
+    values = notebook_launcher(metrics, args=(23, 2, placement), ui="none").values
     assert all(sorted(seen) == list(range(23)) for seen in values)
 
 
