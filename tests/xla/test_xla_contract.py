@@ -293,7 +293,7 @@ def test_a_prepared_loader_reads_through_mp_device_loader_onto_the_device(replic
         assert got["read_in_background"] >= (steps - 1) * size  # all but the first batch
 
 
-def metrics(samples, batch_size, device_placement=True):
+def metrics(samples, batch_size, device_placement=True, workers=0):
     import torch
     from torch.utils.data import DataLoader
 
@@ -301,7 +301,9 @@ def metrics(samples, batch_size, device_placement=True):
 
     accelerator = Accelerator(device_placement=device_placement)
     # Shuffled: the replicas' shuffles agree only if the generators are synchronised.
-    data = DataLoader(torch.arange(samples), batch_size=batch_size, shuffle=True)
+    data = DataLoader(
+        torch.arange(samples), batch_size=batch_size, shuffle=True, num_workers=workers
+    )
     loader = accelerator.prepare(data)
     seen = []
     for batch in loader:
@@ -313,11 +315,17 @@ def metrics(samples, batch_size, device_placement=True):
     return seen
 
 
-@pytest.mark.parametrize("placement", [True, False], ids=["on-device", "host-batches"])
-def test_gather_for_metrics_drops_the_duplicated_tail_on_xla(replicas, placement):
+@pytest.mark.parametrize(
+    ("placement", "workers"),
+    [(True, 0), (False, 0), (True, 2)],
+    ids=["on-device", "host-batches", "loader-workers"],
+)
+def test_gather_for_metrics_drops_the_duplicated_tail_on_xla(replicas, placement, workers):
     if replicas > 1 and not _double():
         pytest.xfail(THREAD_REPLICA_COLLECTIVES)
-    values = notebook_launcher(metrics, args=(23, 2, placement), ui="none").values
+    values = notebook_launcher(
+        metrics, args=(23, 2, placement, workers), ui="none", timeout=120
+    ).values
     assert all(sorted(seen) == list(range(23)) for seen in values)
 
 

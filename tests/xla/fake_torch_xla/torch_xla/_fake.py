@@ -11,6 +11,10 @@ from typing import Any
 STORE_ENV = "FAKE_XLA_STORE"  # host:port of the spawning process's TCPStore
 _runtime_started = False
 _local = threading.local()
+# Every replica's group is also held here, not only in its thread's local storage: a process
+# forked by one replica thread (a DataLoader worker) frees the other threads' locals, and a
+# gloo group destroyed in a fork child waits forever for threads the child does not have.
+_groups: list[Any] = []
 
 
 @dataclass
@@ -59,4 +63,5 @@ def group() -> Any:
             me.world_size,
             datetime.timedelta(seconds=120),
         )
+        _groups.append(me.group)
     return me.group
