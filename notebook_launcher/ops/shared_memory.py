@@ -37,6 +37,8 @@ from typing import Any
 
 import torch
 
+from ..utils.validation import check_int, check_number, invalid
+
 ENV_SWITCH = "NOTEBOOK_LAUNCHER_SHARED_MEMORY"
 DIRECTORY = "/dev/shm"
 PREFIX = "notebook_launcher-"
@@ -126,6 +128,8 @@ class SharedMemoryAllReduce:
 
         from ..state.partial import PartialState
 
+        check_int("needed_bytes", needed_bytes, 1)
+        check_number("timeout", timeout, positive=True)
         state = PartialState()
         world = state.num_processes
         on_gloo = "gloo" in str(state.backend or "")
@@ -158,8 +162,12 @@ class SharedMemoryAllReduce:
 
         Every rank must call it with a tensor of the same size and dtype, in the same order.
         """
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu":
+            raise invalid("tensor", tensor, "expected a CPU tensor", TypeError)
         if not tensor.is_contiguous():
             raise ValueError("tensor must be contiguous for the shared-memory all-reduce")
+        if divisor is not None:
+            check_int("divisor", divisor, 1)
         flat = tensor.view(-1)
         view = self._view(tensor.dtype)
         per_slot = view.shape[-1]

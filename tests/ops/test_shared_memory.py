@@ -37,10 +37,17 @@ def exchange_everything(needed_bytes):
             out[(dtype, count)] = exchange.all_reduce_(tensor).clone()
     halves = exchange.all_reduce_(torch.full((1000,), 2.0 * (state.process_index + 1)), 2)
     out["divided"] = halves
-    try:
-        exchange.all_reduce_(torch.ones(4, 4).t())
-    except ValueError as error:
-        out["strided"] = str(error)
+    out["errors"] = []
+    for bad in (torch.ones(4, 4).t(), [1.0], torch.ones(2, dtype=torch.float32)):
+        try:
+            exchange.all_reduce_(bad, divisor=0 if isinstance(bad, torch.Tensor) else None)
+        except (TypeError, ValueError) as error:
+            out["errors"].append(str(error))
+    for needed, timeout in ((0, 1.0), (64, -1.0)):
+        try:
+            shared_memory.SharedMemoryAllReduce.create(needed, timeout)
+        except (TypeError, ValueError) as error:
+            out["errors"].append(str(error))
     exchange.close()
     return out
 
@@ -61,7 +68,10 @@ def test_sums_every_dtype_in_rank_order_on_every_rank(world, needed):
     ranks_sum = sum(range(1, world + 1))
     for out in results:
         assert torch.equal(out["divided"], torch.full((1000,), float(ranks_sum)))
-        assert "contiguous" in out["strided"]
+        strided, listed, zero, nothing, negative = out["errors"]
+        assert "contiguous" in strided
+        assert "tensor=[1.0]" in listed and "expected a CPU tensor" in listed
+        assert "divisor=0" in zero and "needed_bytes=0" in nothing and "timeout=-1.0" in negative
 
 
 def ddp_weights(steps):
