@@ -157,6 +157,11 @@ class SharedMemoryAllReduce:
             return None
         return cls(mapping, state.process_index, world, slot, timeout)
 
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        # A copy or pickle of the model (DDP keeps its hooks' states) carries no mapping:
+        # DDP does not register a copy's hooks again, and no other process could use it.
+        return _no_exchange, ()
+
     def all_reduce_(self, tensor: torch.Tensor, divisor: int | None = None) -> torch.Tensor:
         """Sum ``tensor`` (contiguous) over the ranks in place, each share divided by ``divisor``.
 
@@ -222,6 +227,11 @@ class SharedMemoryAllReduce:
             self._mapping.close()
         except BufferError:  # a tensor still views it: unmapped when that tensor goes
             pass
+
+
+def _no_exchange() -> None:
+    """What a pickled or copied exchange becomes."""
+    return None
 
 
 def dist_all(flag: bool) -> bool:

@@ -200,3 +200,22 @@ def test_a_stall_in_the_gradient_exchange_names_the_rank_that_held_it_up():
     )
     assert "rank 1 was in backward_while_the_peer_hangs" in message
     assert "held up by rank 1" in message
+
+
+def copied_and_saved():
+    import copy
+    import io
+
+    model = Accelerator().prepare(torch.nn.Linear(2, 1))
+    torch.save(model, io.BytesIO())  # DDP pickles its hooks' states: the exchange is left out
+    twin = copy.deepcopy(model)  # the copy averages its gradients over gloo
+    x = torch.full((3, 2), float(PartialState().process_index + 1))
+    twin(x).sum().backward()
+    return [hook_state for _, hook_state in twin._comm_hooks], twin.module.weight.grad
+
+
+def test_a_prepared_model_can_be_copied_and_pickled():
+    results = notebook_launcher(copied_and_saved, num_processes=2)
+    for states, grad in results:
+        assert states == [None]
+        assert torch.equal(grad, torch.full((1, 2), 4.5))  # 3 rows of (1 + 2) / 2
