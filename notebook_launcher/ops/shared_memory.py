@@ -27,6 +27,7 @@ after them), so it is used on x86-64 Linux only; elsewhere, and when
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import platform
@@ -108,6 +109,9 @@ class SharedMemoryAllReduce:
         ).view(2, world_size, slot_bytes)
         self._views: dict[torch.dtype, torch.Tensor] = {}
         self._step = 0
+        # A hook the user registered on the model after ours: DDP takes one hook only, so ours
+        # hands each bucket to it (see ``register_hook``).
+        self.delegate: tuple[Any, Any] | None = None
 
     @classmethod
     def create(
@@ -279,6 +283,9 @@ def all_reduce_hook(exchange: SharedMemoryAllReduce, bucket):
 
     (DDP checks the hook's annotations against its own classes, so there are none here.)
     """
+    if exchange.delegate is not None:
+        state, hook = exchange.delegate
+        return hook(state, bucket)
     tensor = exchange.all_reduce_(bucket.buffer(), divisor=exchange.world_size)
     future: torch.futures.Future = torch.futures.Future()
     future.set_result(tensor)
@@ -313,4 +320,28 @@ def register_hook(model: Any, timeout: float | None = None) -> bool:
     if exchange is None:
         return False
     model.register_comm_hook(state=exchange, hook=all_reduce_hook)
+    model.register_comm_hook = functools.partial(_register_instead, model, exchange)
     return True
+
+
+def _register_instead(
+    model: Any, exchange: SharedMemoryAllReduce | None, state: Any, hook: Any
+) -> None:
+    """``model.register_comm_hook`` once ours is registered: the user's hook takes over.
+
+    DDP accepts one communication hook per model; a user who registers theirs after
+    ``prepare`` (as works with Accelerate, which registers none by default) gets it called for
+    every bucket, with DDP's own checks of the hook, and a second one is refused as DDP
+    refuses it.
+    """
+    if exchange is None:  # a copy of the model (see __reduce__): DDP's own registration
+        type(model).register_comm_hook(model, state, hook)
+        return
+    if exchange.delegate is not None:
+        raise RuntimeError(
+            "register_comm_hook can only be called once per model (DistributedDataParallel "
+            "accepts one communication hook)"
+        )
+    type(model)._check_comm_hook(model, hook)
+    exchange.delegate = (state, hook)
+    model._comm_hooks.append((hook, state))

@@ -209,13 +209,47 @@ def copied_and_saved():
     model = Accelerator().prepare(torch.nn.Linear(2, 1))
     torch.save(model, io.BytesIO())  # DDP pickles its hooks' states: the exchange is left out
     twin = copy.deepcopy(model)  # the copy averages its gradients over gloo
+    states = [hook_state for _, hook_state in twin._comm_hooks]
     x = torch.full((3, 2), float(PartialState().process_index + 1))
     twin(x).sum().backward()
-    return [hook_state for _, hook_state in twin._comm_hooks], twin.module.weight.grad
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    again = copy.deepcopy(model)  # and takes a hook of the user's the way DDP does
+    again.register_comm_hook(None, default_hooks.allreduce_hook)
+    again(x).sum().backward()
+    return states, twin.module.weight.grad, again.module.weight.grad
 
 
 def test_a_prepared_model_can_be_copied_and_pickled():
     results = notebook_launcher(copied_and_saved, num_processes=2)
-    for states, grad in results:
+    for states, grad, hooked_grad in results:
         assert states == [None]
         assert torch.equal(grad, torch.full((1, 2), 4.5))  # 3 rows of (1 + 2) / 2
+        assert torch.equal(hooked_grad, grad)
+
+
+def users_own_hook():
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    calls = []
+
+    def counted(state, bucket):
+        calls.append(bucket.buffer().numel())
+        return default_hooks.allreduce_hook(state, bucket)
+
+    model = Accelerator().prepare(torch.nn.Linear(2, 1))
+    model.register_comm_hook(None, counted)  # after prepare, as users of Accelerate may
+    try:
+        model.register_comm_hook(None, counted)
+    except RuntimeError as error:
+        second = str(error)
+    x = torch.full((3, 2), float(PartialState().process_index + 1))
+    model(x).sum().backward()
+    return calls, model.module.weight.grad, second
+
+
+def test_a_hook_the_user_registers_after_prepare_takes_over():
+    for calls, grad, second in notebook_launcher(users_own_hook, num_processes=2):
+        assert calls == [3]  # one bucket: weight and bias
+        assert torch.equal(grad, torch.full((1, 2), 4.5))
+        assert "only be called once" in second
