@@ -44,7 +44,8 @@ ENV_SWITCH = "NOTEBOOK_LAUNCHER_SHARED_MEMORY"
 DIRECTORY = "/dev/shm"
 PREFIX = "notebook_launcher-"
 BUDGET = 32 * 2**20  # bytes of shared memory for the two areas of all ranks together
-HEADER = 4096  # the flags, one int64 per rank, then the areas from this offset
+HEADER = 4096  # flags and sizes, three int64 per rank, then the areas from this offset
+MOST_RANKS = HEADER // 24
 SPIN_SECONDS = 0.002  # busy-wait (with yields) this long before sleeping between checks
 LONGEST_SLEEP = 0.005
 DEFAULT_TIMEOUT = 1800.0
@@ -103,7 +104,11 @@ class SharedMemoryAllReduce:
         self.rank, self.world_size, self.slot_bytes = rank, world_size, slot_bytes
         self.timeout = timeout
         self._mapping = mapping
-        self._flags = memoryview(mapping)[: 8 * world_size].cast("q")  # one int64 per rank
+        self._header = memoryview(mapping)[: 8 * 3 * world_size].cast("q")
+        self._flags = self._header[:world_size]  # per rank: the last step it published
+        # Per area, then per rank: the elements sent at the area's last step (two, like the
+        # areas, so that a rank one step ahead does not overwrite what a slower one checks).
+        self._sizes = [self._header[world_size * (1 + a) : world_size * (2 + a)] for a in (0, 1)]
         self._areas = torch.frombuffer(
             mapping, dtype=torch.uint8, count=2 * world_size * slot_bytes, offset=HEADER
         ).view(2, world_size, slot_bytes)
@@ -137,7 +142,8 @@ class SharedMemoryAllReduce:
         state = PartialState()
         world = state.num_processes
         on_gloo = "gloo" in str(state.backend or "")
-        if world < 2 or state._local_num_processes != world or not on_gloo:
+        alone = state._local_num_processes != world  # ranks on other machines
+        if world < 2 or world > MOST_RANKS or alone or not on_gloo:
             return None
         # Every rank decides alike: the environment may differ, so agree on it.
         usable = dist_all(supported())
@@ -177,6 +183,8 @@ class SharedMemoryAllReduce:
             raise ValueError("tensor must be contiguous for the shared-memory all-reduce")
         if divisor is not None:
             check_int("divisor", divisor, 1)
+            if not (tensor.dtype.is_floating_point or tensor.dtype.is_complex):
+                raise invalid("divisor", divisor, f"{tensor.dtype} cannot be divided in place")
         flat = tensor.view(-1)
         view = self._view(tensor.dtype)
         per_slot = view.shape[-1]
@@ -188,8 +196,16 @@ class SharedMemoryAllReduce:
                 area[self.rank].copy_(chunk)
             else:
                 torch.div(chunk, divisor, out=area[self.rank])
+            sizes = self._sizes[self._step % 2]
+            sizes[self.rank] = chunk.numel()
             self._flags[self.rank] = self._step
             self._wait(self._step)
+            if min(sizes) != max(sizes):
+                raise ValueError(
+                    "shared-memory all-reduce: the ranks sent different sizes at step "
+                    f"{self._step}: {dict(enumerate(sizes.tolist()))} (every rank must "
+                    "reduce tensors of the same size, in the same order)"
+                )
             torch.sum(area, dim=0, out=chunk)
         return tensor
 
@@ -225,7 +241,8 @@ class SharedMemoryAllReduce:
     def close(self) -> None:
         """Release the mapping (tensors viewing it must be gone)."""
         self._views.clear()
-        self._flags.release()
+        for view in (self._flags, *self._sizes, self._header):
+            view.release()
         del self._areas
         try:
             self._mapping.close()

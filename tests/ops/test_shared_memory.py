@@ -253,3 +253,20 @@ def test_a_hook_the_user_registers_after_prepare_takes_over():
         assert calls == [3]  # one bucket: weight and bias
         assert torch.equal(grad, torch.full((1, 2), 4.5))
         assert "only be called once" in second
+
+
+def mismatched_sizes():
+    state = PartialState()
+    exchange = shared_memory.SharedMemoryAllReduce.create(1024)  # 256 float32 per slot
+    for _ in range(50):  # chunks of 256 and 44, then 256, 256 and 188: sizes change each step
+        exchange.all_reduce_(torch.ones(300))
+        exchange.all_reduce_(torch.ones(700))
+    try:
+        exchange.all_reduce_(torch.ones(10 + state.process_index))
+    except ValueError as error:
+        return str(error)
+
+
+def test_ranks_that_send_different_sizes_get_an_error_not_wrong_sums():
+    for message in notebook_launcher(mismatched_sizes, num_processes=2):
+        assert "different sizes at step 251: {0: 10, 1: 11}" in message
