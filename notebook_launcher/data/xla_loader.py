@@ -9,9 +9,10 @@ Only where the batches of an epoch come from changes. ``DataLoader.__iter__`` as
 ``self._get_iterator()`` for that iterator; :func:`load_through_mp_device_loader` gives the loader
 its own ``_get_iterator``, an :class:`MpDeviceRoute`. Each epoch then runs:
 
-- in the replica's thread: the random generators named in ``rng_types`` are synchronised from
-  replica 0, torch's iterator over the host batches is created and its first batch read, so the
-  draws an epoch's start makes from torch's global generator happen where they do elsewhere;
+- in the replica's thread: after the loader has synchronised the random generators named in
+  ``rng_types`` from replica 0 (as it does on any device), torch's iterator over the host
+  batches is created and its first batch read, so the draws an epoch's start makes from
+  torch's global generator happen where they do elsewhere;
 - in ``MpDeviceLoader``'s threads: the next host batches are read ahead and copied to the device;
 - in the replica's thread again: each batch gets its own structure back (torch_xla turns tuples
   and named tuples into lists) and the loader's bookkeeping (the last batch flagged one batch
