@@ -21,6 +21,10 @@ nothing), timed in a tight loop on rank 0. ``ours - raw`` there is the fixed cos
 The workers set glibc's mmap and trim thresholds (``mallopt``) so that MB-sized buffers are
 reused by every implementation alike instead of being mapped afresh at random.
 
+A second launch times the same cases with ``ours`` through shared memory, as it runs by default
+when every rank is on this machine (``notebook_launcher.ops.shared_memory``); ``raw`` and
+``accelerate`` stay on gloo there.
+
     python benchmarks/ops_bench.py [--rounds 2000] [--budget 8.0] [--json out.json]
 """
 
@@ -32,6 +36,7 @@ import ctypes
 import functools
 import itertools
 import json
+import os
 import statistics
 import sys
 import time
@@ -121,7 +126,7 @@ def steady_allocator() -> None:
         mallopt(-1, 1024 * 2**20)  # M_TRIM_THRESHOLD: keep up to 1 GB of free heap
 
 
-def run_in_worker(rounds: int, budget: float) -> dict:
+def run_in_worker(rounds: int, budget: float, with_costs: bool = True) -> dict:
     """Runs on every rank: returns {case: {implementation: [seconds of each call, ...]}}.
 
     Each round times one call of each implementation, in one of the 24 orders in turn, so
@@ -158,7 +163,7 @@ def run_in_worker(rounds: int, budget: float) -> dict:
                 samples[impl].append(time.perf_counter() - start)
         timings[name] = samples
     dist.barrier()
-    costs = wrapper_costs(state.num_processes) if state.is_main_process else None
+    costs = wrapper_costs(state.num_processes) if with_costs and state.is_main_process else None
     dist.barrier()
     return {"timings": timings, "costs": costs}
 
@@ -285,19 +290,32 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from notebook_launcher import notebook_launcher
+    from notebook_launcher.ops import shared_memory
 
-    result = notebook_launcher(
-        run_in_worker, args=(args.rounds, args.budget), num_processes=2, output="main"
-    )
-    rows = summarize(result.main["timings"])  # rank 0's clock; collectives keep ranks in step
-    costs = summarize_costs(result.main["costs"])
-    print("2 gloo ranks, median per call")
-    print_table(rows)
+    # First our collectives over gloo, as the others send theirs (the targets, and the
+    # wrappers' own cost), then the same calls with ours through shared memory, as they run
+    # by default in a job whose ranks share this machine.
+    tables = {}
+    for transport, switch in (("gloo", "0"), ("shared_memory", "1")):
+        os.environ[shared_memory.ENV_SWITCH] = switch
+        result = notebook_launcher(
+            run_in_worker,
+            args=(args.rounds, args.budget, transport == "gloo"),
+            num_processes=2,
+            output="main",
+        )
+        tables[transport] = summarize(result.main["timings"])  # rank 0's clock
+        if transport == "gloo":
+            tables["wrapper_cost"] = summarize_costs(result.main["costs"])
+    print("2 gloo ranks, median per call; ours over gloo too")
+    print_table(tables["gloo"])
     print("\nthe wrappers' own cost: transport replaced by local copies, best per call")
-    print_costs(costs)
+    print_costs(tables["wrapper_cost"])
+    print("\nthe same, with ours through shared memory (raw and accelerate over gloo)")
+    print_table(tables["shared_memory"])
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"gloo": rows, "wrapper_cost": costs}, f, indent=2)
+            json.dump(tables, f, indent=2)
     return 0
 
 

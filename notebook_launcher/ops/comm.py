@@ -76,6 +76,55 @@ class Communicator:
         self._dist.broadcast_object_list(objects, src)
 
 
+class SharedMemoryCommunicator(Communicator):
+    """A CPU (gloo) job's collectives: tensors through shared memory when every rank runs on
+    this machine (see :mod:`notebook_launcher.ops.shared_memory`), else over gloo.
+
+    The exchange is made by the first tensor collective (every rank makes that call), so that
+    creating the communicator alone, which one rank may do, starts nothing collective.
+    """
+
+    EXCHANGE_BYTES = 4 * 2**20  # shared memory for the slots of every rank together
+
+    def __init__(self, state: PartialState) -> None:
+        super().__init__(state)
+        self._exchange: Any = None
+        self._tried = self.world_size == 1
+
+    def _local(self, *tensors: torch.Tensor) -> Any:
+        """The exchange, for CPU tensors (None: use gloo)."""
+        if not self._tried:
+            from . import shared_memory
+
+            self._tried = True
+            slot = self.EXCHANGE_BYTES // (2 * self.world_size)
+            self._exchange = shared_memory.SharedMemoryAllReduce.create(slot)
+        if self._exchange is None or any(t.device.type != "cpu" for t in tensors):
+            return None
+        return self._exchange
+
+    def all_gather_into(self, output: torch.Tensor, tensor: torch.Tensor) -> None:
+        exchange = self._local(output, tensor)
+        if exchange is None:
+            super().all_gather_into(output, tensor)
+        else:
+            exchange.all_gather_(output, tensor)
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> None:
+        exchange = self._local(tensor)
+        if exchange is None:
+            super().all_reduce_sum(tensor)
+        else:
+            exchange.all_reduce_(tensor)
+
+    def broadcast(self, tensor: torch.Tensor, src: int) -> None:
+        exchange = self._local(tensor)
+        if exchange is None:
+            super().broadcast(tensor, src)
+        else:
+            exchange.broadcast_(tensor, src)
+
+
 class XlaCommunicator(Communicator):
     """Collectives of XLA replicas through torch_xla: ``xm.all_gather``, ``xm.all_reduce``,
     ``xm.rendezvous``. Tensors travel on the replica's XLA device and come back where they were.
@@ -122,8 +171,11 @@ class XlaCommunicator(Communicator):
         objects[:] = self.all_gather_object(list(objects))[src]
 
 
-# Backend name -> communicator class; every torch.distributed backend uses the default.
-COMMUNICATORS: dict[str, type[Communicator]] = {"xla": XlaCommunicator}
+# Backend name -> communicator class; the other torch.distributed backends use the default.
+COMMUNICATORS: dict[str, type[Communicator]] = {
+    "cpu": SharedMemoryCommunicator,
+    "xla": XlaCommunicator,
+}
 _current = ReplicaLocal()  # per thread where XLA replicas are threads
 
 

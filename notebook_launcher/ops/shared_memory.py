@@ -1,16 +1,21 @@
-"""Gradient all-reduce through shared memory, for the CPU processes of one machine.
+"""Collectives through shared memory, for the CPU processes of one machine.
 
-Gloo moves a CPU job's gradients over loopback TCP. Every all-reduce is a chain of hand-offs
-between each rank's training thread and gloo's threads, and on a machine with one core per
-process each hand-off waits for the scheduler: on 2 cores a 300 KB all-reduce that takes about
-0.3 ms back to back takes about 1 ms between training steps. When every rank runs on this
-machine, :class:`SharedMemoryAllReduce` exchanges the gradients through one shared mapping
-instead:
+Gloo moves a CPU job's tensors over loopback TCP. Every collective is a chain of hand-offs
+between each rank's thread and gloo's threads, and on a machine with one core per process each
+hand-off waits for the scheduler: on 2 cores a 300 KB all-reduce that takes about 0.3 ms back to
+back takes about 1 ms between training steps. When every rank runs on this machine,
+:class:`SharedMemoryAllReduce` exchanges tensors through one shared mapping instead, for DDP's
+gradients (:func:`register_hook`) and for the collectives of :mod:`notebook_launcher.ops`
+(all-reduce, all-gather, broadcast):
 
-* each rank copies its share (already divided, for a mean) into its own slot and then publishes
-  the step number in its own flag: one writer per word, so no atomic operation is needed;
-* every rank waits until all flags reached the step, then sums the slots in rank order: the same
-  additions in the same order on every rank, so the results are identical everywhere;
+* each rank copies its tensor (already divided, for a mean) into its own slot, writes what it
+  did (operation, dtype, elements) and then publishes the step number in its own flag: one
+  writer per word, so no atomic operation is needed;
+* every rank waits until all flags reached the step, checks that every rank did the same (else
+  it raises, naming what each rank did, where gloo would hang or mix the data up), then reads:
+  an all-reduce sums the slots in rank order (the same additions in the same order on every
+  rank, so the results are identical everywhere), an all-gather copies every slot, a
+  broadcast the source's;
 * two areas alternate, so a rank never overwrites a slot that a slower rank still reads (to
   write step ``s + 2`` every rank must have published ``s + 1``, after reading step ``s``).
 
@@ -22,7 +27,7 @@ still sees the hang); past ``timeout`` seconds it raises, naming the ranks that 
 
 The exchange relies on x86's store ordering (a slot's bytes are visible before the flag written
 after them), so it is used on x86-64 Linux only; elsewhere, and when
-``NOTEBOOK_LAUNCHER_SHARED_MEMORY=0``, gloo carries the gradients.
+``NOTEBOOK_LAUNCHER_SHARED_MEMORY=0``, gloo carries the tensors.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ import platform
 import sys
 import time
 import uuid
+import zlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -114,6 +121,7 @@ class SharedMemoryAllReduce:
         ).view(2, world_size, slot_bytes)
         self._views: dict[torch.dtype, torch.Tensor] = {}
         self._step = 0
+        self._codes: dict[tuple[str, str, int], int] = {}
         # A hook the user registered on the model after ours: DDP takes one hook only, so ours
         # hands each bucket to it (see ``register_hook``).
         self.delegate: tuple[Any, Any] | None = None
@@ -177,37 +185,76 @@ class SharedMemoryAllReduce:
 
         Every rank must call it with a tensor of the same size and dtype, in the same order.
         """
-        if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu":
-            raise invalid("tensor", tensor, "expected a CPU tensor", TypeError)
-        if not tensor.is_contiguous():
-            raise ValueError("tensor must be contiguous for the shared-memory all-reduce")
+        flat = _contiguous_cpu("tensor", tensor)
         if divisor is not None:
             check_int("divisor", divisor, 1)
             if not (tensor.dtype.is_floating_point or tensor.dtype.is_complex):
                 raise invalid("divisor", divisor, f"{tensor.dtype} cannot be divided in place")
-        flat = tensor.view(-1)
-        view = self._view(tensor.dtype)
-        per_slot = view.shape[-1]
-        for begin in range(0, flat.numel(), per_slot):
-            chunk = flat[begin : begin + per_slot]
-            self._step += 1
-            area = view[self._step % 2, :, : chunk.numel()]
+        for chunk, area in self._chunks(flat):
             if divisor is None:
                 area[self.rank].copy_(chunk)
             else:
                 torch.div(chunk, divisor, out=area[self.rank])
-            sizes = self._sizes[self._step % 2]
-            sizes[self.rank] = chunk.numel()
-            self._flags[self.rank] = self._step
-            self._wait(self._step)
-            if min(sizes) != max(sizes):
-                raise ValueError(
-                    "shared-memory all-reduce: the ranks sent different sizes at step "
-                    f"{self._step}: {dict(enumerate(sizes.tolist()))} (every rank must "
-                    "reduce tensors of the same size, in the same order)"
-                )
+            self._publish("all_reduce", chunk)
             torch.sum(area, dim=0, out=chunk)
         return tensor
+
+    def all_gather_(self, output: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
+        """Fill ``output`` (contiguous, ``world_size`` times ``tensor``'s elements) with every
+        rank's ``tensor`` in rank order."""
+        flat = _contiguous_cpu("tensor", tensor)
+        rows = _contiguous_cpu("output", output).view(self.world_size, -1)
+        if rows.shape[1] != flat.numel() or output.dtype != tensor.dtype:
+            raise invalid(
+                "output", tuple(output.shape), "expected world_size times the tensor's elements"
+            )
+        begin = 0
+        for chunk, area in self._chunks(flat):
+            area[self.rank].copy_(chunk)
+            self._publish("all_gather", chunk)
+            rows[:, begin : begin + chunk.numel()].copy_(area)
+            begin += chunk.numel()
+        return output
+
+    def broadcast_(self, tensor: torch.Tensor, src: int) -> torch.Tensor:
+        """Overwrite ``tensor`` (contiguous) with rank ``src``'s, in place."""
+        flat = _contiguous_cpu("tensor", tensor)
+        check_int("src", src, 0)
+        if src >= self.world_size:
+            raise invalid("src", src, f"ranks are numbered 0 to {self.world_size - 1}")
+        for chunk, area in self._chunks(flat):
+            if self.rank == src:
+                area[src].copy_(chunk)
+            self._publish(f"broadcast from {src}", chunk)
+            if self.rank != src:
+                chunk.copy_(area[src])
+        return tensor
+
+    def _chunks(self, flat: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Slot-sized pieces of ``flat``, each with the area of its step ([world, elements])."""
+        view = self._view(flat.dtype)
+        per_slot = view.shape[-1]
+        for begin in range(0, max(flat.numel(), 1), per_slot):
+            chunk = flat[begin : begin + per_slot]
+            self._step += 1
+            yield chunk, view[self._step % 2, :, : chunk.numel()]
+
+    def _publish(self, operation: str, chunk: torch.Tensor) -> None:
+        """Say this rank's slot is written, wait for every rank, and check they all did the same
+        operation on as many elements of the same dtype (else the sums would be wrong)."""
+        what = (operation, str(chunk.dtype).removeprefix("torch."), chunk.numel())
+        code = self._codes.setdefault(what, _code(what))
+        sizes = self._sizes[self._step % 2]
+        sizes[self.rank] = code
+        self._flags[self.rank] = self._step
+        self._wait(self._step)
+        if min(sizes) != max(sizes):
+            ranks = {r: _describe(c) for r, c in enumerate(sizes.tolist())}
+            raise ValueError(
+                f"shared-memory collective: the ranks differ at step {self._step}: {ranks} "
+                "(every rank must run the same collectives, on tensors of the same size and "
+                "dtype, in the same order)"
+            )
 
     def _view(self, dtype: torch.dtype) -> torch.Tensor:
         """The areas as ``dtype`` elements: [2, world, elements per slot] (slots are 64-byte
@@ -248,6 +295,35 @@ class SharedMemoryAllReduce:
             self._mapping.close()
         except BufferError:  # a tensor still views it: unmapped when that tensor goes
             pass
+
+
+_KINDS: dict[int, tuple[str, str]] = {}  # hash -> (operation, dtype), for the error message
+
+
+def _code(what: tuple[str, str, int]) -> int:
+    """A number standing for (operation, dtype, elements), the same in every process."""
+    operation, dtype, numel = what
+    kind = zlib.crc32(f"{operation}/{dtype}".encode()) & 0xFFFFF
+    _KINDS[kind] = (operation, dtype)
+    return (numel << 20) | kind
+
+
+def _describe(code: int) -> str:
+    """What a rank published, as far as this process can tell from its code."""
+    numel, kind = code >> 20, code & 0xFFFFF
+    if kind in _KINDS:
+        operation, dtype = _KINDS[kind]
+        return f"{operation} of {numel} {dtype}"
+    return f"another collective or dtype, of {numel} elements"
+
+
+def _contiguous_cpu(name: str, tensor: Any) -> torch.Tensor:
+    """``tensor`` as a flat view, if it is a contiguous CPU tensor."""
+    if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu":
+        raise invalid(name, tensor, "expected a CPU tensor", TypeError)
+    if not tensor.is_contiguous():
+        raise ValueError(f"{name} must be contiguous for a shared-memory collective")
+    return tensor.view(-1)
 
 
 def _no_exchange() -> None:

@@ -13,6 +13,8 @@ import pytest
 import torch
 
 from notebook_launcher import PartialState, notebook_launcher, ops
+from notebook_launcher.ops import shared_memory
+from notebook_launcher.ops.comm import current
 from notebook_launcher.utils.environment import cuda_device_count
 
 Pair = namedtuple("Pair", "first second")
@@ -93,6 +95,9 @@ def exercise(debug: bool):
         if dim == 0:  # padded tensors gather
             out["gather_padded"] = ops.gather({k: padded[k] for k in ("rows", "big")})
 
+    exchange = getattr(current(), "_exchange", None)
+    out["transport"] = "shared memory" if exchange is not None else "other"
+
     if state.is_last_process:
         time.sleep(0.3)
     before = time.monotonic()
@@ -166,16 +171,24 @@ def needs_devices(world: int):
 
 
 @pytest.mark.parametrize(
-    ("world", "debug"),
+    ("world", "debug", "transport"),
     [
-        pytest.param(2, False, marks=needs_devices(2)),
-        pytest.param(3, False, marks=needs_devices(3)),
-        pytest.param(2, True, marks=needs_devices(2)),
+        pytest.param(2, False, "shared memory", marks=needs_devices(2)),
+        pytest.param(3, False, "shared memory", marks=needs_devices(3)),
+        pytest.param(2, True, "shared memory", marks=needs_devices(2)),
+        pytest.param(2, False, "gloo", marks=needs_devices(2)),
+        pytest.param(3, False, "gloo", marks=needs_devices(3)),
     ],
-    ids=["2-ranks", "3-ranks", "2-ranks-debug-mode"],
+    ids=["2-ranks", "3-ranks", "2-ranks-debug-mode", "2-ranks-gloo", "3-ranks-gloo"],
 )
-def test_every_collective_across_ranks(world, debug):
+def test_every_collective_across_ranks(world, debug, transport, monkeypatch):
+    if transport == "gloo":  # on CPU, tensors otherwise go through shared memory
+        monkeypatch.setenv(shared_memory.ENV_SWITCH, "0")
+    elif GPUS == 0 and not shared_memory.supported():
+        pytest.skip("shared memory needs x86-64 Linux with /dev/shm")
     results = notebook_launcher(exercise, args=(debug,), num_processes=world, output="none")
+    expected_transport = "shared memory" if GPUS == 0 and transport != "gloo" else "other"
+    assert {out["transport"] for out in results} == {expected_transport}
     inputs = [same_shaped(r) for r in range(world)]
     gathered = leafwise(_cat, inputs)
     for rank, out in enumerate(results):

@@ -17,6 +17,7 @@ from notebook_launcher import (
     notebook_launcher,
     ops,
 )
+from notebook_launcher.ops import shared_memory
 
 
 def mismatches():
@@ -89,7 +90,14 @@ def different_operations():
         ops.reduce(torch.ones(3))
 
 
-def test_without_debug_mode_a_stall_is_reported_with_every_ranks_stack():
+@pytest.fixture
+def over_gloo(monkeypatch):
+    """Collectives over gloo: on CPU they otherwise go through shared memory, which checks
+    every call's operation, size and dtype (see the test after these two)."""
+    monkeypatch.setenv(shared_memory.ENV_SWITCH, "0")
+
+
+def test_without_debug_mode_a_stall_is_reported_with_every_ranks_stack(over_gloo):
     with pytest.raises(WorkerStalledError) as caught:
         notebook_launcher(different_operations, num_processes=2, output="none", stall_timeout=1.5)
     stacks = caught.value.stacks
@@ -98,10 +106,25 @@ def test_without_debug_mode_a_stall_is_reported_with_every_ranks_stack():
     assert "different_operations" in stacks[0] and "different_operations" in stacks[1]
 
 
-def test_without_debug_mode_mismatched_shapes_fail_or_stall_but_never_hang():
+def test_without_debug_mode_mismatched_shapes_fail_or_stall_but_never_hang(over_gloo):
     with pytest.raises((WorkersFailedError, WorkerStalledError)) as caught:
         notebook_launcher(ragged_gather_plain, num_processes=2, output="none", stall_timeout=1.5)
     assert "in gather" in str(caught.value) and "ragged_gather_plain" in str(caught.value)
+
+
+@pytest.mark.skipif(not shared_memory.supported(), reason="needs x86-64 Linux with /dev/shm")
+@pytest.mark.parametrize("name", ["different_operations", "ragged_gather_plain"])
+def test_over_shared_memory_a_mismatch_is_an_error_naming_what_each_rank_did(name):
+    job = globals()[name]
+    with pytest.raises(ValueError, match="the ranks differ at step") as caught:
+        notebook_launcher(job, num_processes=2, output="none", stall_timeout=30)
+    text = str(caught.value)
+    if job is different_operations:  # the failing rank knows its own call in full
+        assert "all_gather of 3 float32" in text or "all_reduce of 3 float32" in text
+        assert "another collective or dtype, of 3 elements" in text
+    else:  # 4 and 5 rows of 3
+        assert "0: 'all_gather of 12 float32'" in text and "1: 'all_gather of 15 float32'" in text
+    assert job.__name__ in str(caught.value.__cause__)  # the traceback leads to the user's call
 
 
 def ragged_gather_plain():

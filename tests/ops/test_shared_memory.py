@@ -19,12 +19,12 @@ pytestmark = pytest.mark.skipif(
     not shared_memory.supported(), reason="the exchange needs x86-64 Linux with /dev/shm"
 )
 
-DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64)
+DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.bool)
 
 
 def values(rank: int, dtype: torch.dtype, count: int) -> torch.Tensor:
     """Rank ``rank``'s input: exact in every dtype, different on every rank."""
-    return (torch.arange(count) % 7 + 10 * rank).to(dtype)
+    return (torch.arange(count) % 7 + 10 * rank + (rank == 0)).to(dtype)
 
 
 def exchange_everything(needed_bytes):
@@ -32,9 +32,14 @@ def exchange_everything(needed_bytes):
     exchange = shared_memory.SharedMemoryAllReduce.create(needed_bytes)
     out = {"slot_bytes": exchange.slot_bytes}
     for dtype in DTYPES:
-        for count in (1, 37, 5000):  # 5000 elements: several chunks when slots are small
+        for count in (0, 1, 37, 5000):  # 5000 elements: several chunks when slots are small
             tensor = values(state.process_index, dtype, count)
             out[(dtype, count)] = exchange.all_reduce_(tensor).clone()
+            mine = values(state.process_index, dtype, count)
+            gathered = torch.empty(state.num_processes * count, dtype=dtype)
+            out[("gather", dtype, count)] = exchange.all_gather_(gathered, mine)
+            last = state.num_processes - 1
+            out[("broadcast", dtype, count)] = exchange.broadcast_(mine.clone(), last)
     halves = exchange.all_reduce_(torch.full((1000,), 2.0 * (state.process_index + 1)), 2)
     out["divided"] = halves
     out["errors"] = []
@@ -60,16 +65,21 @@ def test_sums_every_dtype_in_rank_order_on_every_rank(world, needed):
     slot = results[0]["slot_bytes"]
     assert slot % 64 == 0 and slot <= max(needed, 64)
     for dtype in DTYPES:
-        for count in (1, 37, 5000):
+        for count in (0, 1, 37, 5000):
             expected = sum(values(r, dtype, count) for r in range(world)).to(dtype)
+            everyone = torch.cat([values(r, dtype, count) for r in range(world)])
             for out in results:
                 assert out[(dtype, count)].dtype == dtype
                 assert torch.equal(out[(dtype, count)], expected), (dtype, count)
+                assert torch.equal(out[("gather", dtype, count)], everyone)
+                assert torch.equal(
+                    out[("broadcast", dtype, count)], values(world - 1, dtype, count)
+                )
     ranks_sum = sum(range(1, world + 1))
     for out in results:
         assert torch.equal(out["divided"], torch.full((1000,), float(ranks_sum)))
         strided, listed, zero, nothing, negative = out["errors"]
-        assert "contiguous" in strided
+        assert "tensor must be contiguous" in strided
         assert "tensor=[1.0]" in listed and "expected a CPU tensor" in listed
         assert "divisor=0" in zero and "needed_bytes=0" in nothing and "timeout=-1.0" in negative
 
@@ -268,5 +278,8 @@ def mismatched_sizes():
 
 
 def test_ranks_that_send_different_sizes_get_an_error_not_wrong_sums():
-    for message in notebook_launcher(mismatched_sizes, num_processes=2):
-        assert "different sizes at step 251: {0: 10, 1: 11}" in message
+    for rank, message in enumerate(notebook_launcher(mismatched_sizes, num_processes=2)):
+        other = 1 - rank
+        assert "the ranks differ at step 251" in message
+        assert f"{rank}: 'all_reduce of {10 + rank} float32'" in message
+        assert f"{other}: 'all_reduce of {10 + other} float32'" in message
