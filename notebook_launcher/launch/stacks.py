@@ -10,7 +10,7 @@ _FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func
 _THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+")
 WORKER_ENTRY = "in run_worker"  # the bootstrap's frame: everything below it is the kernel's
 _COLLECTIVE_PATHS = ("torch/distributed/", "torch\\distributed\\")
-_SHARED_MEMORY_PATH = "notebook_launcher/ops/shared_memory.py"  # DDP's CPU gradient exchange
+_SHARED_MEMORY_PATH = "notebook_launcher/ops/shared_memory.py"  # CPU collectives, one machine
 
 
 def trim_kernel_frames(lines: list[str]) -> list[str]:
@@ -42,17 +42,14 @@ class Location:
     line: int
     in_collective: bool  # inside torch.distributed: waiting for the other ranks
     in_rendezvous: bool = False  # inside torch.distributed's rendezvous: joining the job
-    in_shared_memory: bool = False  # in the shared-memory gradient all-reduce (a collective)
+    in_shared_memory: bool = False  # in a shared-memory collective (ops, DDP's gradients)
 
     def describe(self) -> str:
         where = f"{self.function} ({_display_file(self.file)}:{self.line})"
         if self.in_rendezvous:
             return f"joining the job (connecting to the rendezvous store), called from {where}"
         if self.in_shared_memory:
-            return (
-                "waiting for the other ranks in the shared-memory gradient all-reduce (DDP's "
-                f"backward), called from {where}"
-            )
+            return f"waiting for the other ranks in a shared-memory collective, called from {where}"
         if self.in_collective:
             return f"waiting for the other ranks in torch.distributed, called from {where}"
         return f"in {where}"

@@ -98,7 +98,7 @@ class SharedMemoryCommunicator(Communicator):
 
             self._tried = True
             slot = self.EXCHANGE_BYTES // (2 * self.world_size)
-            self._exchange = shared_memory.SharedMemoryAllReduce.create(slot)
+            self._exchange = shared_memory.SharedMemoryExchange.create(slot)
         if self._exchange is None or any(t.device.type != "cpu" for t in tensors):
             return None
         return self._exchange

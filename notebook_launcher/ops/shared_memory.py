@@ -4,7 +4,7 @@ Gloo moves a CPU job's tensors over loopback TCP. Every collective is a chain of
 between each rank's thread and gloo's threads, and on a machine with one core per process each
 hand-off waits for the scheduler: on 2 cores a 300 KB all-reduce that takes about 0.3 ms back to
 back takes about 1 ms between training steps. When every rank runs on this machine,
-:class:`SharedMemoryAllReduce` exchanges tensors through one shared mapping instead, for DDP's
+:class:`SharedMemoryExchange` exchanges tensors through one shared mapping instead, for DDP's
 gradients (:func:`register_hook`) and for the collectives of :mod:`notebook_launcher.ops`
 (all-reduce, all-gather, broadcast):
 
@@ -90,8 +90,9 @@ def supported() -> bool:
     return sys.platform == "linux" and machine in ("x86_64", "amd64") and os.path.isdir(DIRECTORY)
 
 
-class SharedMemoryAllReduce:
-    """Sums tensors over the ranks of one machine through a shared mapping.
+class SharedMemoryExchange:
+    """All-reduce, all-gather and broadcast over the ranks of one machine, through a shared
+    mapping.
 
     Create it with :meth:`create` on every rank (a collective over the default process group).
 
@@ -121,7 +122,7 @@ class SharedMemoryAllReduce:
         ).view(2, world_size, slot_bytes)
         self._views: dict[torch.dtype, torch.Tensor] = {}
         self._step = 0
-        self._codes: dict[tuple[str, str, int], int] = {}
+        self._kinds: dict[tuple[str, torch.dtype], int] = {}
         # A hook the user registered on the model after ours: DDP takes one hook only, so ours
         # hands each bucket to it (see ``register_hook``).
         self.delegate: tuple[Any, Any] | None = None
@@ -129,7 +130,7 @@ class SharedMemoryAllReduce:
     @classmethod
     def create(
         cls, needed_bytes: int, timeout: float = DEFAULT_TIMEOUT
-    ) -> SharedMemoryAllReduce | None:
+    ) -> SharedMemoryExchange | None:
         """The exchange for this job, or None where it cannot be used (then gloo is).
 
         Collective: every rank of the default process group must call it. It is None for one
@@ -242,8 +243,10 @@ class SharedMemoryAllReduce:
     def _publish(self, operation: str, chunk: torch.Tensor) -> None:
         """Say this rank's slot is written, wait for every rank, and check they all did the same
         operation on as many elements of the same dtype (else the sums would be wrong)."""
-        what = (operation, str(chunk.dtype).removeprefix("torch."), chunk.numel())
-        code = self._codes.setdefault(what, _code(what))
+        kind = self._kinds.get((operation, chunk.dtype))
+        if kind is None:
+            kind = self._kinds[operation, chunk.dtype] = _kind(operation, chunk.dtype)
+        code = (chunk.numel() << 20) | kind
         sizes = self._sizes[self._step % 2]
         sizes[self.rank] = code
         self._flags[self.rank] = self._step
@@ -278,7 +281,7 @@ class SharedMemoryAllReduce:
             if waited > self.timeout:
                 missing = [r for r in range(self.world_size) if flags[r] < step]
                 raise RuntimeError(
-                    f"shared-memory all-reduce: rank {self.rank} waited {waited:.0f} s at step "
+                    f"shared-memory collective: rank {self.rank} waited {waited:.0f} s at step "
                     f"{step} for rank(s) {missing}, which never arrived (they run other "
                     "collectives, or are stuck)"
                 )
@@ -300,12 +303,13 @@ class SharedMemoryAllReduce:
 _KINDS: dict[int, tuple[str, str]] = {}  # hash -> (operation, dtype), for the error message
 
 
-def _code(what: tuple[str, str, int]) -> int:
-    """A number standing for (operation, dtype, elements), the same in every process."""
-    operation, dtype, numel = what
-    kind = zlib.crc32(f"{operation}/{dtype}".encode()) & 0xFFFFF
-    _KINDS[kind] = (operation, dtype)
-    return (numel << 20) | kind
+def _kind(operation: str, dtype: torch.dtype) -> int:
+    """20 bits standing for (operation, dtype), the same in every process; a rank publishes
+    them with the number of elements above them."""
+    name = str(dtype).removeprefix("torch.")
+    kind = zlib.crc32(f"{operation}/{name}".encode()) & 0xFFFFF
+    _KINDS[kind] = (operation, name)
+    return kind
 
 
 def _describe(code: int) -> str:
@@ -371,7 +375,7 @@ def _open(path: str, size: int) -> mmap.mmap | None:
         os.close(fd)
 
 
-def all_reduce_hook(exchange: SharedMemoryAllReduce, bucket):
+def all_reduce_hook(exchange: SharedMemoryExchange, bucket):
     """A DistributedDataParallel communication hook: the bucket's mean over the ranks.
 
     (DDP checks the hook's annotations against its own classes, so there are none here.)
@@ -409,7 +413,7 @@ def register_hook(model: Any, timeout: float | None = None) -> bool:
     if not dist_all(on_cpu and bool(params)):
         return False
     needed = sum(p.numel() * p.element_size() for p in params)
-    exchange = SharedMemoryAllReduce.create(needed, timeout)
+    exchange = SharedMemoryExchange.create(needed, timeout)
     if exchange is None:
         return False
     model.register_comm_hook(state=exchange, hook=all_reduce_hook)
@@ -418,7 +422,7 @@ def register_hook(model: Any, timeout: float | None = None) -> bool:
 
 
 def _register_instead(
-    model: Any, exchange: SharedMemoryAllReduce | None, state: Any, hook: Any
+    model: Any, exchange: SharedMemoryExchange | None, state: Any, hook: Any
 ) -> None:
     """``model.register_comm_hook`` once ours is registered: the user's hook takes over.
 
