@@ -7,6 +7,7 @@ import signal
 import subprocess
 import threading
 import time
+import traceback
 from pathlib import Path
 
 import psutil
@@ -155,12 +156,17 @@ def test_keyboard_interrupt_stops_every_worker(tmp_path):
     started = time.monotonic()
     interrupter.start()
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt) as caught:
             launch(sleep_once_ready, args=(str(tmp_path),), num_processes=2, timeout=30)
     finally:
         stop.set()
         interrupter.join()
     elapsed = time.monotonic() - started
+    # Raised afresh once everything stopped: no frame of the supervisor's, nothing chained.
+    assert "every worker has been stopped" in str(caught.value)
+    assert caught.value.__context__ is None and caught.value.__cause__ is None
+    frames = traceback.extract_tb(caught.value.__traceback__)
+    assert not [f for f in frames if f.filename.endswith("supervisor.py")]
 
     assert signal.getsignal(signal.SIGINT) is handler_before
     assert elapsed < SANITY_LIMIT

@@ -260,6 +260,7 @@ def _attempt(
         plan = attempt.plan  # a c10d rendezvous assigns this node's rank
         handles: list[WorkerHandle] = []
         supervisor = None
+        interrupted = False
         try:
             for local_rank in range(plan.num_processes):
                 spec = _spec(plan, local_rank, attempt.port, restart)
@@ -276,12 +277,19 @@ def _attempt(
                 watch=attempt.watch,
             )
             payloads = supervisor.run(deadline)
+        except KeyboardInterrupt:
+            interrupted = True
         finally:
             with interrupts_deferred():
                 # Whatever happened, nothing of this attempt survives it.
                 if supervisor is None:
                     supervisor = Supervisor(handles, sink, plan.stall_timeout, 0.1, listeners)
                 supervisor.teardown()
+        if interrupted:
+            # A fresh exception, without the supervisor's frame the signal happened to hit:
+            # that frame says nothing to the user, and on Python 3.11 it can sit at a bytecode
+            # without a line number, which IPython then fails to format.
+            raise KeyboardInterrupt("the kernel was interrupted; every worker has been stopped")
         attempt.finish(deadline)  # multi-node: the other nodes' ranks have returned too
         return payloads
 
