@@ -38,7 +38,9 @@ POLL_EVERY = 0.2  # seconds between looks at the shared store
 PEER_SILENCE = 15.0  # a node whose heartbeat counter stands still this long is taken for gone
 SECONDARY_GRACE = 5.0  # how long a node whose ranks only lost their peers waits for the cause
 LEAVE_GRACE = 5.0  # how long the hosting kernel keeps the store for the others to read the end
-WAIT_NOTICE_AFTER = 2.0  # say what this node waits for once it has waited this long
+# Say what this node waits for once it has waited this long: a node that is merely starting
+# (importing torch on a busy machine) takes a few seconds, and is no news.
+WAIT_NOTICE_AFTER = 10.0
 REPORT_LIMIT = 20_000  # characters of a failure report shared with the other nodes
 LOCAL_SUMMARY = 200  # characters of this node's own (consequential) failure kept in the message
 STORE_ERRORS = (RuntimeError, OSError, TimeoutError, ValueError)
