@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -173,7 +174,6 @@ def main():
 
 
 def _in_subprocess(framework, n, epochs):
-    import os
     import subprocess
     import sys
 
@@ -194,7 +194,6 @@ def _in_subprocess(framework, n, epochs):
 
 
 if __name__ == "__main__":
-    import os
     import tempfile
 
     # Accelerate's launcher (torch elastic) leaves a torchelastic_* folder per launch in TMPDIR.
