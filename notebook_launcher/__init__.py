@@ -13,15 +13,6 @@ from .data import (
     prepare_data_loader,
     skip_first_batches,
 )
-from .kwargs import (
-    AutocastKwargs,
-    DDPCommunicationHookType,
-    DistributedDataParallelKwargs,
-    FP8RecipeKwargs,
-    GradScalerKwargs,
-    InitProcessGroupKwargs,
-    ProfileKwargs,
-)
 from .launch import (
     LaunchError,
     LaunchHandle,
@@ -77,7 +68,6 @@ from .state import (
     RNGType,
 )
 from .trackers import GeneralTracker
-from .tracking import Progress, log, progress, set_status
 from .utils.config import load_config, write_basic_config
 from .utils.dataclasses import GradientAccumulationPlugin, KwargsHandler
 from .utils.environment import (
@@ -87,8 +77,18 @@ from .utils.environment import (
     is_torch_xla_available,
     is_tpu_available,
 )
+from .utils.kwargs import (
+    AutocastKwargs,
+    DDPCommunicationHookType,
+    DistributedDataParallelKwargs,
+    FP8RecipeKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    ProfileKwargs,
+)
 from .utils.memory import get_max_memory
 from .utils.versions import is_torch_version
+from .worker.live import Progress, log, progress, set_status
 
 __version__ = "0.1.0"
 

@@ -27,15 +27,6 @@ from .accelerator_distributed import AcceleratorDistributed
 from .accelerator_helpers import AcceleratorHelpers
 from .accelerator_training import AcceleratorTraining, _check_instance
 from .data import prepare_data_loader as _prepare_data_loader
-from .kwargs import (
-    AutocastKwargs,
-    DDPCommunicationHookType,
-    DistributedDataParallelKwargs,
-    FP8RecipeKwargs,
-    GradScalerKwargs,
-    InitProcessGroupKwargs,
-    ProfileKwargs,
-)
 from .ops import shared_memory
 from .optimizer import AcceleratedOptimizer
 from .precision import check_autocast, make_scaler, wrap_forward
@@ -44,6 +35,15 @@ from .scheduler import AcceleratedScheduler
 from .state import AcceleratorState, GradientState, PartialState
 from .trackers import resolve_trackers
 from .utils.dataclasses import GradientAccumulationPlugin
+from .utils.kwargs import (
+    AutocastKwargs,
+    DDPCommunicationHookType,
+    DistributedDataParallelKwargs,
+    FP8RecipeKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    ProfileKwargs,
+)
 from .utils.validation import check_bool, check_int, invalid
 
 _HANDLERS = {

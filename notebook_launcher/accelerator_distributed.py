@@ -14,7 +14,7 @@ import torch
 
 from . import ops
 from .data.loaders import find_shard, index_batches
-from .state.enums import DistributedType
+from .utils.enums import DistributedType
 from .utils.validation import check_optional_bool, invalid
 
 

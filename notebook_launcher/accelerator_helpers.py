@@ -19,8 +19,8 @@ from .checkpointing import parse_shard_size, save_model_files
 from .data import skip_first_batches as _skip_first_batches
 from .ops.saving import _check_path
 from .resumable import make_resumable
-from .state.enums import DistributedType
 from .trackers import GeneralTracker, build_tracker
+from .utils.enums import DistributedType
 from .utils.profiling import ProfileKwargs
 from .utils.validation import check_bool, invalid
 

@@ -20,10 +20,10 @@ from .checkpointing import (
     load_training_state,
     save_training_state,
 )
-from .kwargs import AutocastKwargs
 from .ops.saving import _check_path
 from .optimizer import AcceleratedOptimizer
 from .precision import autocast_context
+from .utils.kwargs import AutocastKwargs
 from .utils.validation import check_bool, invalid
 
 

@@ -1,7 +1,7 @@
 """Experiment trackers for the Accelerator: the notebook's live panels and TensorBoard.
 
 ``Accelerator(log_with="notebook")`` sends every ``accelerator.log(...)`` to the launching
-notebook over the launcher's event channel (:func:`notebook_launcher.tracking.log`), where the
+notebook over the launcher's event channel (:func:`notebook_launcher.log`), where the
 metrics panel charts each rank and their mean. ``log_with="tensorboard"`` writes event files
 with ``torch.utils.tensorboard`` when the ``tensorboard`` package is installed.
 """
@@ -13,8 +13,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .state.enums import LoggerType
+from .utils.enums import LoggerType
 from .utils.validation import invalid
+from .worker import live
 
 NOTEBOOK = "notebook"
 
@@ -75,11 +76,9 @@ class NotebookTracker(GeneralTracker):
         self.config = dict(values)
 
     def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
-        from . import tracking
-
         numbers = {k: v for k, v in values.items() if not isinstance(v, (str, bytes, dict))}
         if numbers:
-            tracking.log(numbers, step=step)
+            live.log(numbers, step=step)
 
     def finish(self) -> None:
         """Nothing to close: the worker sends what is left when the launched function returns."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ..state.enums import DistributedType
+from ..utils.enums import DistributedType
 from ..utils.validation import check_bool
 from .base import Backend
 from .cpu import CpuBackend
@@ -55,7 +55,7 @@ def detect_backend(cpu: bool = False) -> Backend:
     check_bool("cpu", cpu)
     if cpu in _chosen:
         return _chosen[cpu]
-    from ..launch.context import current_context
+    from ..protocol.context import current_context
 
     context = current_context()
     if cpu:

@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 
 import torch
 
-from ..state.enums import DistributedType
+from ..utils.enums import DistributedType
 
 
 class Backend(ABC):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..state.enums import DistributedType
+from ..utils.enums import DistributedType
 from ..utils.environment import available_cpu_count
 from .base import Backend
 

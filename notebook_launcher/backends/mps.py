@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from ..state.enums import DistributedType
+from ..utils.enums import DistributedType
 from ..utils.environment import is_mps_available
 from .base import Backend
 

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
-from ..state.enums import RNGType
+from ..utils.enums import RNGType
 from ..utils.validation import (
     check_bool,
     check_int,
@@ -286,7 +286,7 @@ def prepare_data_loader(
 def _on_xla(device: torch.device | None) -> bool:
     """Whether this process is a replica of an XLA job (asked only with ``put_on_device``)."""
     from ..state import PartialState
-    from ..state.enums import DistributedType
+    from ..utils.enums import DistributedType
 
     if device is not None and device.type != "xla" and not PartialState._shared_state:
         return False  # no state was created and the device is not an XLA one

@@ -10,10 +10,11 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
+from ..protocol.context import WorkerContext
+from ..protocol.spec import WorkerSpec
 from ..ui import check_ui
 from ..utils.environment import cuda_device_count
 from .base import Launcher, WorkerHandle
-from .context import WorkerContext
 from .errors import AttemptFailed
 from .fork import ForkLauncher
 from .output import OutputSink
@@ -24,7 +25,6 @@ from .result import LaunchResult
 from .signals import interrupts_deferred
 from .spawn import SpawnLauncher
 from .supervisor import Supervisor
-from .worker import WorkerSpec
 from .xla import XlaLauncher
 from .xla_env import detect_xla
 

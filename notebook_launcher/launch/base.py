@@ -8,8 +8,9 @@ from typing import Any
 
 import torch.multiprocessing as tmp
 
-from .output import LineSplitter
-from .worker import WorkerSpec, run_worker
+from ..protocol.channel import LineSplitter
+from ..protocol.names import WORKER_ENTRY, entry_point
+from ..protocol.spec import WorkerSpec
 
 
 @dataclass(eq=False)
@@ -70,7 +71,7 @@ class Launcher(ABC):
         err_r, err_w = ctx.Pipe(duplex=False)
         rank = spec.context.rank
         process = ctx.Process(
-            target=run_worker,
+            target=entry_point(WORKER_ENTRY),
             args=(spec, payload, events_w, out_w, err_w),
             name=f"notebook_launcher-rank{rank}",
             daemon=False,  # daemonic processes may not start DataLoader workers

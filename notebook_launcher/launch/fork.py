@@ -10,8 +10,8 @@ from .base import Launcher
 
 # Imported once in the kernel so that forked workers do not each import them again on first use
 # (building an optimizer pulls in torch._dynamo, close to a second per worker otherwise; the
-# worker-side state is what every launched function starts with).
-WARM_IMPORTS = ("torch._dynamo", "notebook_launcher.state", "notebook_launcher.backends")
+# worker bootstrap and state are what every launched function starts with).
+WARM_IMPORTS = ("torch._dynamo", "notebook_launcher.worker.bootstrap")
 
 
 class ForkLauncher(Launcher):

@@ -22,13 +22,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .errors import (
-    AttemptFailed,
-    LaunchTimeoutError,
-    RemoteNodeFailedError,
-    WorkerFailure,
-    looks_secondary,
-)
+from ..protocol.failure import WorkerFailure, looks_secondary
+from .errors import AttemptFailed, LaunchTimeoutError, RemoteNodeFailedError
 from .plan import LaunchPlan
 from .rendezvous import Attempt
 

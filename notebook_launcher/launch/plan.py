@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..utils.enums import MIXED_PRECISION_CHOICES
 from ..utils.environment import available_cpu_count
 from .rdzv_options import check_rdzv_conf, format_endpoint, node_wait, parse_endpoint
 
-MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16", "fp8")
 START_METHODS = ("fork", "spawn")
 RDZV_BACKENDS = ("static", "c10d")
 OUTPUT_CHOICES = ("all", "main", "none")

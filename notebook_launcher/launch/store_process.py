@@ -19,6 +19,7 @@ import socket
 from datetime import timedelta
 from typing import Any
 
+from ..utils.processes import die_with_parent
 from .rendezvous import bind_listener
 
 START_TIMEOUT = 60.0  # seconds the server process may take to answer
@@ -28,9 +29,7 @@ def _serve(
     sock: socket.socket, host: str, timeout: float, parent: int, ready: Any, stop: Any
 ) -> None:
     """Body of the server process: serve ``sock`` until the kernel closes ``stop`` or dies."""
-    from .worker import _die_with_parent
-
-    _die_with_parent(parent)  # own process group (no kernel interrupt), SIGKILL with the kernel
+    die_with_parent(parent)  # own process group (no kernel interrupt), SIGKILL with the kernel
     devnull = os.open(os.devnull, os.O_WRONLY)
     for fd in (1, 2):  # torch's warnings about clients that went away belong to no cell
         os.dup2(devnull, fd)

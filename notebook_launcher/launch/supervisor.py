@@ -10,7 +10,8 @@ from multiprocessing.connection import wait
 
 import psutil
 
-from ..events import (
+from ..protocol import names
+from ..protocol.events import (
     SupervisorTick,
     WorkerExited,
     WorkerFailed,
@@ -18,7 +19,7 @@ from ..events import (
     WorkerStarted,
     WorkerStopped,
 )
-from ..ops import shared_memory
+from ..protocol.failure import looks_secondary
 from .base import WorkerHandle
 from .errors import (
     AttemptFailed,
@@ -27,12 +28,10 @@ from .errors import (
     WorkerFailure,
     WorkerStalledError,
     failure_to_raise,
-    looks_secondary,
 )
 from .output import OutputSink
 from .processes import kill_tree
 from .stacks import trim_kernel_frames, where_ranks_were
-from .worker import STACK_DUMP_SIGNAL
 
 READ_CHUNK = 1 << 16
 LIVENESS_CHECK_EVERY = 0.5  # seconds between CPU-time samples of each worker
@@ -307,7 +306,7 @@ class Supervisor:
         for handle in alive:
             handle.capture = []
             try:
-                os.kill(handle.pid, STACK_DUMP_SIGNAL)
+                os.kill(handle.pid, names.STACK_DUMP_SIGNAL)
             except (OSError, TypeError):
                 pass
         end = self.clock() + STACK_DUMP_WAIT
@@ -352,7 +351,7 @@ class Supervisor:
             handle.close()
         self._by_conn.clear()
         # Workers unlink their shared-memory exchange at once; one that died first cannot.
-        shared_memory.remove_leftovers(os.getpid())
+        names.remove_leftovers(os.getpid())
 
     def _await_exits(self, handles: list[WorkerHandle], limit: float) -> None:
         end = self.clock() + limit

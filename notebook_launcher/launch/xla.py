@@ -1,7 +1,7 @@
 """XLA (TPU): replicas started by torch_xla's ``xmp.spawn``, supervised like any worker.
 
 ``xmp.spawn`` blocks until every replica returns and starts the replicas itself, so the kernel
-starts one helper process that calls it (see :mod:`.xla_replica`) and keeps supervising. Every
+starts one helper process that calls it (see :mod:`notebook_launcher.worker.xla_replica`) and keeps supervising. Every
 rank still gets its own event and output pipes, made here, and the supervisor sees each replica
 as one worker: its events, its output with its rank label, its exit (reported by the helper).
 """
@@ -14,12 +14,13 @@ from typing import Any
 import cloudpickle
 import torch.multiprocessing as tmp
 
-from ..events import OutputLine
+from ..protocol.channel import LineSplitter
+from ..protocol.events import OutputLine
+from ..protocol.names import XLA_HELPER_ENTRY, entry_point
+from ..protocol.spec import ReplicaGroup, ReplicaPipes, WorkerSpec
 from .base import Launcher, WorkerHandle
-from .output import FATAL_MARK, LineSplitter
+from .output import FATAL_MARK
 from .processes import kill_tree
-from .worker import WorkerSpec
-from .xla_replica import ReplicaGroup, ReplicaPipes, run_helper
 
 KILLED = -9  # the exit code reported when the helper vanished without saying (it was killed)
 PROCESS_MARK = "(process) "  # starts the lines of a process of thread replicas, not of one replica
@@ -164,7 +165,10 @@ class XlaLauncher(Launcher):
         hello_r, hello_w = ctx.Pipe(duplex=False)
         group = ReplicaGroup(spec.parent_pid, specs, child_pipes, hello_r, hello_w)
         process = ctx.Process(
-            target=run_helper, args=(group, payload), name="notebook_launcher-xmp", daemon=False
+            target=entry_point(XLA_HELPER_ENTRY),
+            args=(group, payload),
+            name="notebook_launcher-xmp",
+            daemon=False,
         )
         try:
             process.start()

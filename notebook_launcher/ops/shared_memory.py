@@ -45,11 +45,10 @@ from typing import Any
 
 import torch
 
+from ..protocol.names import SHARED_MEMORY_DIRECTORY, remove, shared_memory_path
 from ..utils.validation import check_int, check_number, invalid
 
 ENV_SWITCH = "NOTEBOOK_LAUNCHER_SHARED_MEMORY"
-DIRECTORY = "/dev/shm"
-PREFIX = "notebook_launcher-"
 BUDGET = 32 * 2**20  # bytes of shared memory for the two areas of all ranks together
 HEADER = 4096  # flags and sizes, three int64 per rank, then the areas from this offset
 MOST_RANKS = HEADER // 24
@@ -58,36 +57,16 @@ LONGEST_SLEEP = 0.005
 DEFAULT_TIMEOUT = 1800.0
 
 
-def leftover_files(owner_pid: int) -> list[str]:
-    """Paths of the exchange files created in a job launched by process ``owner_pid``."""
-    start = f"{PREFIX}{owner_pid}-"
-    try:
-        names = os.listdir(DIRECTORY)
-    except OSError:
-        return []
-    return [os.path.join(DIRECTORY, n) for n in names if n.startswith(start)]
-
-
-def remove(path: str) -> None:
-    """Delete ``path`` if it is still there."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def remove_leftovers(owner_pid: int) -> None:
-    """Delete the exchange files of jobs launched by ``owner_pid`` (after its workers ended)."""
-    for path in leftover_files(owner_pid):
-        remove(path)
-
-
 def supported() -> bool:
     """Whether this machine can use the exchange (x86-64 Linux with /dev/shm), and it is on."""
     if os.environ.get(ENV_SWITCH, "1").strip().lower() in ("0", "false", "no", "off"):
         return False
     machine = platform.machine().lower()
-    return sys.platform == "linux" and machine in ("x86_64", "amd64") and os.path.isdir(DIRECTORY)
+    return (
+        sys.platform == "linux"
+        and machine in ("x86_64", "amd64")
+        and os.path.isdir(SHARED_MEMORY_DIRECTORY)
+    )
 
 
 class SharedMemoryExchange:
@@ -346,7 +325,7 @@ def dist_all(flag: bool) -> bool:
 
 def _create_file(size: int) -> str | None:
     """A new file of ``size`` bytes with its memory reserved (None where there is no room)."""
-    path = os.path.join(DIRECTORY, f"{PREFIX}{os.getppid()}-{uuid.uuid4().hex[:12]}")
+    path = shared_memory_path(os.getppid(), uuid.uuid4().hex[:12])  # the kernel cleans up
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     except OSError:

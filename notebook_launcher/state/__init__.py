@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from .accelerator_state import AcceleratorState
-from .enums import (
+from ..utils.enums import (
     DDPCommunicationHookType,
     DistributedType,
     LoggerType,
     PrecisionType,
     RNGType,
 )
+from .accelerator_state import AcceleratorState
 from .gradient import GradientState
 from .partial import PartialState
 

@@ -6,10 +6,10 @@ import importlib.util
 import os
 from typing import Any
 
+from ..utils.enums import PrecisionType
 from ..utils.environment import parse_flag_from_env
 from ..utils.replicas import ReplicaLocalDict
 from ..utils.validation import check_bool, check_choice
-from .enums import PrecisionType
 from .partial import PartialState
 
 FP8_PACKAGES = ("transformer_engine", "msamp", "torchao")
@@ -32,7 +32,7 @@ def _from_partial(name: str) -> property:
 def _mixed_precision(value: str | None) -> str:
     """The precision asked for, else the launch's, else ``ACCELERATE_MIXED_PRECISION``, else no."""
     if value is None:
-        from ..launch.context import current_context
+        from ..protocol.context import current_context
 
         context = current_context()
         if context is not None:

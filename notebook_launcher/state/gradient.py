@@ -33,7 +33,7 @@ class GradientState:
     _shared_state = ReplicaLocalDict()  # per thread where XLA replicas are threads
 
     def __init__(self, gradient_accumulation_plugin: Any = None) -> None:
-        from ..kwargs import GradientAccumulationPlugin
+        from ..utils.kwargs import GradientAccumulationPlugin
 
         if gradient_accumulation_plugin is not None and not isinstance(
             gradient_accumulation_plugin, GradientAccumulationPlugin

@@ -27,7 +27,7 @@ class StateOptions:
 
 def _handler_kwargs(handlers: Any) -> dict[str, Any]:
     """The process-group settings among ``kwargs_handlers`` (other handlers are not ours)."""
-    from ..kwargs import InitProcessGroupKwargs, KwargsHandler
+    from ..utils.kwargs import InitProcessGroupKwargs, KwargsHandler
 
     if not isinstance(handlers, (list, tuple)) or not all(
         isinstance(h, KwargsHandler) for h in handlers

@@ -6,10 +6,10 @@ from typing import Any
 
 import torch
 
+from ..utils.enums import DistributedType
 from ..utils.replicas import ReplicaLocalDict
 from ..utils.validation import check_bool, invalid
 from .control import ProcessControl
-from .enums import DistributedType
 from .options import StateOptions, parse_state_options
 from .topology import Topology, detect_topology
 

@@ -28,7 +28,7 @@ _EXPORTS = {
     ".dataclasses": ("GradientAccumulationPlugin", "KwargsHandler"),
     ".fp8": ("FP8RecipeKwargs",),
     ".profiling": ("ProfileKwargs",),
-    "..state.enums": (
+    ".enums": (
         "DDPCommunicationHookType",
         "DistributedType",
         "LoggerType",
@@ -61,7 +61,7 @@ _EXPORTS = {
         "synchronize_rng_states",
         "wait_for_everyone",
     ),
-    "..kwargs": (
+    ".kwargs": (
         "AutocastKwargs",
         "DistributedDataParallelKwargs",
         "GradScalerKwargs",

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from . import yaml_lite
+from .enums import MIXED_PRECISION_CHOICES
 from .validation import check_choice, invalid
 
-MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16", "fp8")
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
 
 hf_cache_home = os.path.expanduser(

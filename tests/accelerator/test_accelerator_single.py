@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from notebook_launcher.accelerator import Accelerator
-from notebook_launcher.kwargs import GradScalerKwargs, ProfileKwargs
 from notebook_launcher.optimizer import AcceleratedOptimizer
 from notebook_launcher.scheduler import AcceleratedScheduler
 from notebook_launcher.trackers import GeneralTracker
+from notebook_launcher.utils.kwargs import GradScalerKwargs, ProfileKwargs
 
 accelerate = pytest.importorskip("accelerate")
 

@@ -8,9 +8,9 @@ import inspect
 
 import pytest
 
-from notebook_launcher import kwargs as ours_kwargs
 from notebook_launcher.state import AcceleratorState, GradientState, PartialState
 from notebook_launcher.utils import environment, memory, versions
+from notebook_launcher.utils import kwargs as ours_kwargs
 from notebook_launcher.utils.config import write_basic_config
 
 accelerate = pytest.importorskip("accelerate")

@@ -172,7 +172,7 @@ def test_fp16_is_refused_on_xla():
 
 def precision():
     from notebook_launcher import PartialState
-    from notebook_launcher.launch.context import current_context
+    from notebook_launcher.protocol.context import current_context
 
     dtype = PartialState()._backend.autocast_dtype(current_context().mixed_precision)
     return os.environ["ACCELERATE_MIXED_PRECISION"], str(dtype)

@@ -2,46 +2,26 @@
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import faulthandler
 import os
 import pickle
-import signal
 import sys
 import time
-import traceback
-from dataclasses import dataclass
 from typing import Any
 
-from ..events import WorkerFailed, WorkerFinished, WorkerStarted
-from ..tracking import flush as flush_tracking
-from .context import EventChannel, WorkerContext, set_context
+import cloudpickle
+import torch
 
-STACK_DUMP_SIGNAL = signal.SIGUSR1
-_PR_SET_PDEATHSIG = 1
-
-
-def _load_libc():
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-
-
-# Loaded once where this module is imported (the kernel), so forked workers do not each load it.
-_LIBC = _load_libc()
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    """Everything one worker needs, sent from the kernel (picklable for spawn)."""
-
-    context: WorkerContext
-    parent_pid: int
-    threads: int
-    rdzv_id: str
-    max_restarts: int
+from ..protocol.channel import EventChannel
+from ..protocol.context import WorkerContext, set_context
+from ..protocol.events import WorkerFailed, WorkerFinished, WorkerStarted
+from ..protocol.names import STACK_DUMP_SIGNAL
+from ..protocol.spec import WorkerSpec
+from ..state import reset_state
+from ..utils.processes import die_with_parent
+from ..utils.tree import to_cpu
+from . import live
 
 
 def torchrun_environment(ctx: WorkerContext, spec: WorkerSpec) -> dict[str, str]:
@@ -69,21 +49,7 @@ def torchrun_environment(ctx: WorkerContext, spec: WorkerSpec) -> dict[str, str]
     }
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Leave the kernel's process group and make sure the kernel's death kills this worker."""
-    try:
-        os.setpgid(0, 0)  # an interrupt aimed at the kernel's group must not hit the workers
-    except OSError:
-        pass
-    try:
-        (_LIBC or _load_libc()).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent_pid:  # the kernel died before prctl took effect
-        os._exit(1)
-
-
-def _redirect_streams(stdout_conn: Any, stderr_conn: Any) -> None:
+def redirect_streams(stdout_conn: Any, stderr_conn: Any) -> None:
     """Point fds 1 and 2 at the kernel's pipes so C-level output is captured too."""
     inherited = (sys.stdout, sys.stderr)
     for conn, fd in ((stdout_conn, 1), (stderr_conn, 2)):
@@ -116,11 +82,12 @@ def _forward_kernel_stream(old: Any, new: Any) -> None:
     old.write, old.writelines, old.flush = new.write, new.writelines, new.flush
 
 
-def _reset_inherited_state() -> None:
-    """A forked worker inherits the kernel's singletons; it must start from a clean slate."""
-    state = sys.modules.get("notebook_launcher.state")
-    if state is not None:
-        state.reset_state()
+def set_up_process(spec: WorkerSpec) -> None:
+    """The torchrun environment, torch's thread count, and no singleton inherited from the kernel
+    (a forked worker starts from a clean slate)."""
+    os.environ.update(torchrun_environment(spec.context, spec))
+    torch.set_num_threads(spec.threads)
+    reset_state()
 
 
 def _dumps(value: Any) -> bytes:
@@ -131,8 +98,6 @@ def _dumps(value: Any) -> bytes:
     work); cloudpickle would send a copy of the class. Anything plain pickle refuses (lambdas,
     local classes, classes cloudpickle rebuilt under spawn) goes by value with cloudpickle.
     """
-    import cloudpickle
-
     try:
         return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
@@ -145,20 +110,10 @@ def _failure(rank: int, exc: BaseException) -> WorkerFailed:
         pickle.loads(payload)
     except Exception:
         payload = None
-    kind = type(exc)
-    return WorkerFailed(
-        rank=rank,
-        exc_type=f"{kind.__module__}.{kind.__qualname__}",
-        message=str(exc),
-        traceback="".join(traceback.format_exception(kind, exc, exc.__traceback__)),
-        payload=payload,
-        time=time.time(),
-    )
+    return WorkerFailed.from_exception(rank, exc, payload)
 
 
 def _result_event(rank: int, value: Any) -> WorkerFinished:
-    from ..utils.tree import to_cpu
-
     try:
         payload = _dumps(to_cpu(value))
     except Exception as exc:
@@ -169,12 +124,11 @@ def _result_event(rank: int, value: Any) -> WorkerFinished:
     return WorkerFinished(rank=rank, payload=payload, time=time.time())
 
 
-def _call(spec: WorkerSpec, payload: Any, channel: EventChannel) -> int:
+def call_function(spec: WorkerSpec, payload: Any, channel: EventChannel) -> int:
+    """Run the user's function, report its result or failure; the process's exit code."""
     rank = spec.context.rank
     try:
         if isinstance(payload, bytes):  # spawn ships (function, args) by value
-            import cloudpickle
-
             payload = cloudpickle.loads(payload)
         function, args = payload
         channel.send(WorkerStarted(rank=rank, pid=os.getpid(), time=time.time()))
@@ -186,27 +140,27 @@ def _call(spec: WorkerSpec, payload: Any, channel: EventChannel) -> int:
             value = None
         event = _result_event(rank, value)
     except BaseException as exc:  # report everything, KeyboardInterrupt included
-        _send_tracked()
-        _flush()
+        _send_live()
+        flush_streams()
         channel.send(_failure(rank, exc))
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
         return code or 1
-    _send_tracked()
-    _flush()
+    _send_live()
+    flush_streams()
     channel.send(event)
     return 0
 
 
-def _send_tracked() -> None:
+def _send_live() -> None:
     """Send what the function logged (metrics, progress, status) ahead of its last event, so the
     kernel holds every value a rank logged before it returned."""
     try:
-        flush_tracking()
+        live.flush()
     except Exception:  # a broken pipe: the last event will fail to send as well
         pass
 
 
-def _flush() -> None:
+def flush_streams() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -214,7 +168,8 @@ def _flush() -> None:
             pass
 
 
-def _shutdown_process_group() -> None:
+def shutdown_process_group() -> None:
+    """Destroy the default process group if the function left one."""
     dist = sys.modules.get("torch.distributed")
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
@@ -227,17 +182,13 @@ def run_worker(
     spec: WorkerSpec, payload: Any, event_conn: Any, stdout_conn: Any, stderr_conn: Any
 ) -> None:
     """Entry point of every worker process (the target of ``Process``)."""
-    _die_with_parent(spec.parent_pid)
-    _redirect_streams(stdout_conn, stderr_conn)
-    os.environ.update(torchrun_environment(spec.context, spec))
-    import torch
-
-    torch.set_num_threads(spec.threads)
-    _reset_inherited_state()
+    die_with_parent(spec.parent_pid)
+    redirect_streams(stdout_conn, stderr_conn)
+    set_up_process(spec)
     channel = EventChannel(event_conn)
     set_context(dataclasses.replace(spec.context, channel=channel))
-    code = _call(spec, payload, channel)
-    _shutdown_process_group()
-    _flush()
+    code = call_function(spec, payload, channel)
+    shutdown_process_group()
+    flush_streams()
     event_conn.close()
     sys.exit(code)

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from .state.enums import DDPCommunicationHookType
-from .utils.dataclasses import GradientAccumulationPlugin, KwargsHandler
-from .utils.fp8 import FP8RecipeKwargs
-from .utils.profiling import ProfileKwargs
-from .utils.validation import (
+from .dataclasses import GradientAccumulationPlugin, KwargsHandler
+from .enums import DDPCommunicationHookType
+from .fp8 import FP8RecipeKwargs
+from .profiling import ProfileKwargs
+from .validation import (
     check_bool,
     check_choice,
     check_int,

@@ -71,6 +71,11 @@ class PrecisionType(StrEnum):
     BF16 = "bf16"
 
 
+# The mixed_precision values a launch, a config file or the torchrun command accept, in the order
+# error messages list them.
+MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16", "fp8")
+
+
 class LoggerType(StrEnum):
     """Experiment trackers, by the name used to select them (``ALL`` means every one installed)."""
 

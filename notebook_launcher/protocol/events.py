@@ -7,6 +7,8 @@ supervisor itself, console output, notebook panels) sees only these small frozen
 
 from __future__ import annotations
 
+import time as _time
+import traceback as _traceback
 from dataclasses import dataclass
 
 
@@ -42,6 +44,21 @@ class WorkerFailed:
     payload: bytes | None
     time: float
 
+    @classmethod
+    def from_exception(
+        cls, rank: int, exc: BaseException, payload: bytes | None = None
+    ) -> WorkerFailed:
+        """The event for ``exc`` raised on ``rank``: its qualified type, message and traceback."""
+        kind = type(exc)
+        return cls(
+            rank=rank,
+            exc_type=f"{kind.__module__}.{kind.__qualname__}",
+            message=str(exc),
+            traceback="".join(_traceback.format_exception(kind, exc, exc.__traceback__)),
+            payload=payload,
+            time=_time.time(),
+        )
+
 
 @dataclass(frozen=True)
 class OutputLine:
@@ -71,7 +88,7 @@ class WorkerStopped:
 
 @dataclass(frozen=True)
 class TrackingBatch:
-    """What a rank reported through :mod:`notebook_launcher.tracking` since its last batch.
+    """What a rank reported through :mod:`notebook_launcher.worker.live` since its last batch.
 
     Sent by a background thread of the worker about ten times a second, and once more before the
     worker reports its result or failure, so nothing logged before a normal exit is lost.

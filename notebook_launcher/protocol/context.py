@@ -6,7 +6,6 @@ environment variables. Outside a launch :func:`current_context` returns None.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,18 +26,6 @@ class WorkerContext:
     mixed_precision: str
     restart_count: int
     channel: Any = field(default=None, repr=False, compare=False)  # EventChannel to the kernel
-
-
-class EventChannel:
-    """Thread-safe sender of events to the kernel over one pipe."""
-
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-        self._lock = threading.Lock()
-
-    def send(self, event: object) -> None:
-        with self._lock:
-            self._conn.send(event)
 
 
 _context = ReplicaLocal()  # per thread where XLA replicas are threads

@@ -26,8 +26,8 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from .events import TrackingBatch
-from .launch.context import current_context
+from ..protocol.context import current_context
+from ..protocol.events import TrackingBatch
 
 SEND_EVERY = 0.1  # seconds between batches sent by the background thread
 WAKE_AT = 4096  # buffered records that wake the background thread early

@@ -17,44 +17,19 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
 from typing import Any
 
-from .context import EventChannel, set_context
-from .worker import STACK_DUMP_SIGNAL, WorkerSpec
+from ..protocol.channel import EventChannel
+from ..protocol.context import set_context
+from ..protocol.events import WorkerFailed
+from ..protocol.names import STACK_DUMP_SIGNAL
+from ..protocol.spec import ReplicaGroup
+from ..state import reset_state
+from ..utils.processes import die_with_parent
+from ..utils.replicas import use_thread_replicas
+from .bootstrap import call_function, flush_streams, redirect_streams, set_up_process
 
 FAILED_REPLICA_LINGER = 30.0  # a failed thread replica waits this long for the kernel to stop it
-
-
-@dataclass
-class ReplicaPipes:
-    """The child ends of one rank's pipes (inherited by fork, never pickled)."""
-
-    events: Any
-    stdout: Any
-    stderr: Any
-    exited: Any  # written by the helper: the exit code of the replica's process
-    # fds 1 and 2 of a process of thread replicas whose first replica has this rank (C-level
-    # output cannot be told apart by thread); closed unused everywhere else
-    process_stdout: Any
-    process_stderr: Any
-
-    def connections(self) -> list[Any]:
-        return [getattr(self, f.name) for f in dataclasses.fields(self)]
-
-
-@dataclass
-class ReplicaGroup:
-    """Everything the helper and its replicas need, for every rank of the launch."""
-
-    kernel_pid: int
-    specs: list[WorkerSpec]
-    pipes: list[ReplicaPipes]
-    hello_r: Any  # replicas announce (pid, rank) here; the helper reads it
-    hello_w: Any
-    helper_pid: int = 0
-    reported: set[int] = field(default_factory=set)  # ranks whose exit the helper reported
-    ranks_of: dict[int, list[int]] = field(default_factory=dict)  # replica pid -> its ranks
 
 
 _GROUP: ReplicaGroup | None = None  # set in the helper, inherited by its replicas
@@ -107,10 +82,8 @@ def _record_reaped_children(group: ReplicaGroup) -> None:
 
 def run_helper(group: ReplicaGroup, payload: bytes) -> None:
     """Entry point of the helper process: ``xmp.spawn`` every replica, then report and exit."""
-    from .worker import _die_with_parent
-
     global _GROUP
-    _die_with_parent(group.kernel_pid)
+    die_with_parent(group.kernel_pid)
     os.dup2(group.pipes[0].stderr.fileno(), 2)  # the helper's own errors read as rank 0's
     os.dup2(group.pipes[0].stderr.fileno(), 1)
     group.helper_pid = os.getpid()
@@ -212,14 +185,7 @@ def _setup_process(group: ReplicaGroup, rank: int, here: int) -> None:
     process's), each replica's Python-level streams to its own rank's pipes, and faulthandler's
     reports (of every thread) to the first replica's.
     """
-    from .worker import (
-        _die_with_parent,
-        _redirect_streams,
-        _reset_inherited_state,
-        torchrun_environment,
-    )
-
-    _die_with_parent(group.helper_pid)
+    die_with_parent(group.helper_pid)
     for index, other in enumerate(group.pipes):
         other.exited.close()  # the helper's to write; held here they would hide its reports
         if index != rank or here == 1:
@@ -229,17 +195,11 @@ def _setup_process(group: ReplicaGroup, rank: int, here: int) -> None:
     spec = group.specs[rank]
     pipes = group.pipes[rank]
     if here > 1:
-        _redirect_streams(pipes.process_stdout, pipes.process_stderr)
+        redirect_streams(pipes.process_stdout, pipes.process_stderr)
     else:
-        _redirect_streams(pipes.stdout, pipes.stderr)
-    os.environ.update(torchrun_environment(spec.context, spec))
-    import torch
-
-    torch.set_num_threads(spec.threads)
-    _reset_inherited_state()
+        redirect_streams(pipes.stdout, pipes.stderr)
+    set_up_process(spec)
     if here > 1:
-        from ..utils.replicas import use_thread_replicas
-
         use_thread_replicas(True)
         sys.stdout = _ThreadRoutedStream(sys.stdout)
         sys.stderr = _ThreadRoutedStream(sys.stderr)
@@ -264,8 +224,6 @@ def _route_thread(group: ReplicaGroup, rank: int) -> Any:
 
 def run_replica(index: int, payload: bytes) -> None:
     """What xmp.spawn runs for each replica: our worker bootstrap around the user's function."""
-    from .worker import _call, _flush, _reset_inherited_state
-
     group = _GROUP
     if group is None:
         raise RuntimeError("run_replica runs only in replicas started by notebook_launcher")
@@ -282,15 +240,15 @@ def run_replica(index: int, payload: bytes) -> None:
             _setup_process(group, rank, here)
     if not first:
         _route_thread(group, rank)
-        _reset_inherited_state()  # this thread's fresh state
+        reset_state()  # this thread's fresh state
     spec = group.specs[rank]
     channel = EventChannel(group.pipes[rank].events)
     context = dataclasses.replace(
         spec.context, rank=rank, local_rank=local_rank, world_size=world, channel=channel
     )
     set_context(context)
-    code = _call(dataclasses.replace(spec, context=context), payload, channel)
-    _flush()
+    code = call_function(dataclasses.replace(spec, context=context), payload, channel)
+    flush_streams()
     if code:
         # Alone in its process, a failed replica exits like any worker; a thread replica
         # waits for the kernel to stop the whole process (its exit would take its siblings
@@ -301,7 +259,6 @@ def run_replica(index: int, payload: bytes) -> None:
 
 
 def _mismatch(group: ReplicaGroup, rank: int, world: int, planned: int) -> None:
-    from ..events import WorkerFailed
 
     message = (
         f"xmp.spawn started {world} replicas here, but the launch planned num_processes="
