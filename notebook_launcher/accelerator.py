@@ -27,7 +27,6 @@ from .accelerator_distributed import AcceleratorDistributed
 from .accelerator_helpers import AcceleratorHelpers
 from .accelerator_training import AcceleratorTraining, _check_instance
 from .data import prepare_data_loader as _prepare_data_loader
-from .ops import shared_memory
 from .optimizer import AcceleratedOptimizer
 from .precision import check_autocast, make_scaler, wrap_forward
 from .resumable import make_resumable
@@ -372,16 +371,14 @@ class Accelerator(AcceleratorTraining, AcceleratorHelpers, AcceleratorDistribute
     def _wrap_ddp(self, model: torch.nn.Module) -> DistributedDataParallel:
         handler = self.ddp_handler or DistributedDataParallelKwargs()
         device = self.device
-        ids = (
-            [device.index]
-            if PartialState()._backend.accelerator and device.index is not None
-            else None
-        )
+        job = PartialState()
+        backend = job._backend
+        ids = [device.index] if backend.accelerator and device.index is not None else None
         wrapped = DistributedDataParallel(
             model, device_ids=ids, output_device=ids[0] if ids else None, **handler.to_kwargs()
         )
-        if handler.comm_hook is DDPCommunicationHookType.NO and self.device.type == "cpu":
-            shared_memory.register_hook(wrapped)  # where every rank is on this machine
+        if handler.comm_hook is DDPCommunicationHookType.NO:
+            backend.register_ddp_hook(wrapped, job)  # the device's own, if it has one
         else:
             handler.register_comm_hook(wrapped)
         return wrapped

@@ -12,17 +12,17 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+from .backends import backend_for, launch_backend
 from .launch import background
 from .launch.api import _RUNNER, notebook_launcher
 from .launch.plan import MIXED_PRECISION_CHOICES, OUTPUT_CHOICES, START_METHODS, LaunchPlan
 from .launch.preflight import check_args, check_function
 from .ui.widgets import widget_bundle
-from .utils.environment import available_cpu_count, cuda_device_count
 
 
 def machine_processes() -> int:
-    """The most processes this machine runs well: one per GPU, else one per usable core."""
-    return cuda_device_count() or available_cpu_count()
+    """The most processes this machine runs well: one per device (GPU, TPU core, usable core)."""
+    return launch_backend().device_count()
 
 
 def resolve_plan(function: Callable[..., Any], args: tuple, **settings: Any) -> LaunchPlan:
@@ -52,8 +52,6 @@ def port_state(host: str, port: int) -> str:
 
 def plan_html(plan: LaunchPlan) -> str:
     """The resolved plan as a small HTML table."""
-    from .backends import backend_for
-
     backend = backend_for(plan.device).process_group_backend
     devices = f"{plan.device} × {plan.num_processes}"
     rows = [

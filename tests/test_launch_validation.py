@@ -13,8 +13,8 @@ import torch.distributed as dist
 
 from notebook_launcher import PartialState, PreflightError
 from notebook_launcher import notebook_launcher as launch
+from notebook_launcher.backends import CudaBackend
 from notebook_launcher.launch.plan import make_plan
-from notebook_launcher.launch.preflight import cuda_initialized_in_kernel
 from notebook_launcher.utils.environment import cuda_device_count
 
 HAS_GPU = cuda_device_count() > 0
@@ -152,8 +152,9 @@ def test_cuda_initialised_check_allows_spawn(monkeypatch):
     fork_plan = make_plan(start_method="fork", **common)
     spawn_plan = make_plan(start_method="spawn", **common)
 
-    assert cuda_initialized_in_kernel(fork_plan) is not None
-    assert cuda_initialized_in_kernel(spawn_plan) is None
+    cuda = CudaBackend()  # its check applies to every launch, whatever the device
+    assert cuda.kernel_hazard(fork_plan.start_method) is not None
+    assert cuda.kernel_hazard(spawn_plan.start_method) is None
 
 
 CUDA_IN_KERNEL = textwrap.dedent(

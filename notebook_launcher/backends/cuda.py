@@ -2,26 +2,47 @@
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from ..utils.enums import DistributedType
-from ..utils.environment import cuda_device_count
-from .base import Backend
+from ..utils.environment import cuda_device_count, cuda_initialized
+from .base import Backend, Finding
 
 
 class CudaBackend(Backend):
     """NVIDIA GPUs: local rank ``i`` uses ``cuda:i`` (modulo the GPUs visible), nccl collectives."""
 
     name = "cuda"
+    label = "CUDA GPUs"
     process_group_backend = "nccl"
     process_group_backends = ("nccl", "gloo", "cuda:nccl,cpu:gloo")
     distributed_type = DistributedType.MULTI_GPU
+    preference = 20
 
     def is_available(self) -> bool:
         return cuda_device_count() > 0
 
     def device_count(self) -> int:
         return cuda_device_count()
+
+    def kernel_hazard(self, start_method: str) -> Finding | None:
+        """CUDA initialised in the kernel breaks every forked worker, whatever it runs on."""
+        if start_method != "fork" or "torch" not in sys.modules or not cuda_initialized():
+            return None
+        return Finding(
+            what="CUDA has already been initialised in this kernel.",
+            why=(
+                "forked workers cannot use CUDA once the parent has ('Cannot re-initialize CUDA "
+                "in forked subprocess'). Something in an earlier cell touched the GPU: a .cuda() "
+                "or .to('cuda') call, torch.cuda.* queries, or an import that does so."
+            ),
+            fix=(
+                "restart the kernel and keep every GPU use inside the launched function, or pass "
+                "start_method='spawn' (the function and its arguments are then sent by value)."
+            ),
+        )
 
     def device_for(self, local_rank: int) -> torch.device:
         return torch.device("cuda", local_rank % max(1, self.device_count()))

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
+from ..backends import CpuBackend, launch_backend
 from ..protocol.context import WorkerContext
 from ..protocol.spec import WorkerSpec
 from ..ui import check_ui
-from ..utils.environment import cuda_device_count
 from .base import Launcher, WorkerHandle
 from .errors import AttemptFailed
 from .fork import ForkLauncher
@@ -26,7 +26,6 @@ from .signals import interrupts_deferred
 from .spawn import SpawnLauncher
 from .supervisor import Supervisor
 from .xla import XlaLauncher
-from .xla_env import detect_xla
 
 # How notebook_launcher runs a validated launch: None runs it here and now (blocking); a launch
 # in the background sets a runner that starts a supervising thread instead.
@@ -152,8 +151,6 @@ def notebook_launcher(
     check_function(function)
     call_args = check_args(args)
     check_ui(ui)
-    xla = detect_xla()  # a TPU host: replicas through xmp.spawn, one per core by default
-    gpus = xla.replicas if xla.usable else cuda_device_count()
     plan = make_plan(
         num_processes=num_processes,
         mixed_precision=mixed_precision,
@@ -172,8 +169,7 @@ def notebook_launcher(
         stall_timeout=stall_timeout,
         threads_per_process=threads_per_process,
         output=output,
-        device="xla" if xla.usable else "cuda" if gpus else "cpu",
-        gpu_count=gpus,
+        backend=launch_backend(),  # a TPU host: replicas through xmp.spawn; else GPUs, else CPUs
         rdzv_conf=rdzv_conf,
         rdzv_timeout=rdzv_timeout,
     )
@@ -191,7 +187,7 @@ def debug_launcher(function: Callable[..., Any], args: tuple = (), num_processes
     """
     check_function(function)
     call_args = check_args(args)
-    plan = make_plan(num_processes=num_processes, device="cpu", gpu_count=0)
+    plan = make_plan(num_processes=num_processes, backend=CpuBackend())
     return launch(function, call_args, plan)
 
 

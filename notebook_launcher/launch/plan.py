@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..backends import Backend, CpuBackend
 from ..utils.enums import MIXED_PRECISION_CHOICES
 from ..utils.environment import available_cpu_count
 from .rdzv_options import check_rdzv_conf, format_endpoint, node_wait, parse_endpoint
@@ -129,10 +130,8 @@ def _prefix_template(value: object, multi_node: bool) -> str:
     return value
 
 
-def _xla_method(nprocs: int, nnodes: int, replicas: int, precision: object) -> str:
+def _check_xla_group(nprocs: int, nnodes: int, replicas: int) -> None:
     """XLA launches: xmp.spawn starts one replica per device, so the count is not ours to pick."""
-    if precision not in ("no", "bf16"):
-        raise _bad("mixed_precision", precision, "XLA devices (TPUs) support 'no' and 'bf16'")
     if replicas and nprocs != replicas:
         raise _bad(
             "num_processes",
@@ -142,7 +141,6 @@ def _xla_method(nprocs: int, nnodes: int, replicas: int, precision: object) -> s
         )
     if nnodes != 1:
         raise _bad("num_nodes", nnodes, "XLA launches run on one host (num_nodes=1)")
-    return "xla"
 
 
 def make_plan(
@@ -164,14 +162,14 @@ def make_plan(
     stall_timeout: object = DEFAULT_STALL_TIMEOUT,
     threads_per_process: object = None,
     output: object = "all",
-    device: str = "cpu",
-    gpu_count: int = 0,
+    backend: Backend | None = None,
     rdzv_conf: object = None,
     rdzv_timeout: object = DEFAULT_RDZV_TIMEOUT,
 ) -> LaunchPlan:
     """Validate user input and decide everything a launch needs.
 
-    The defaults are :func:`notebook_launcher`'s, on a machine without GPUs.
+    The defaults are :func:`notebook_launcher`'s, on a machine without GPUs; ``backend`` is the
+    device the launch runs on (default: the CPU).
 
     A single-node plan keeps the rendezvous on 127.0.0.1 whatever ``master_addr`` says; the
     rendezvous settings only matter with ``num_nodes > 1``.
@@ -179,9 +177,11 @@ def make_plan(
     Raises:
         ValueError, TypeError: naming the parameter, the value received and what is allowed.
     """
+    backend = backend or CpuBackend()
+    devices = backend.device_count() if backend.accelerator else 0
     if num_processes is None:
-        if device != "cpu" and gpu_count > 0:  # every GPU, or every XLA device (TPU core)
-            num_processes = gpu_count
+        if devices > 0:  # every GPU, or every XLA device (TPU core)
+            num_processes = devices
         else:
             raise _bad(
                 "num_processes",
@@ -210,9 +210,14 @@ def make_plan(
             use_port if where == "use_port" else rdzv_endpoint,
             "a multi-node launch needs the fixed port every node was told (1 to 65535), not 0",
         )
-    method = _choice("start_method", start_method, START_METHODS)
-    if device == "xla":  # replicas are started by torch_xla's xmp.spawn, which forks
-        method = _xla_method(nprocs, nnodes, gpu_count, mixed_precision)
+    method = backend.start_method(_choice("start_method", start_method, START_METHODS))
+    if mixed_precision not in backend.precisions and set(backend.precisions) < set(
+        MIXED_PRECISION_CHOICES
+    ):
+        allowed = " and ".join(map(repr, backend.precisions))
+        raise _bad("mixed_precision", mixed_precision, f"{backend.label} support {allowed}")
+    if method == "xla":  # replicas are started by torch_xla's xmp.spawn, one per device
+        _check_xla_group(nprocs, nnodes, devices)
     threads = threads_per_process
     if threads is None:
         threads = max(1, available_cpu_count() // nprocs)
@@ -222,7 +227,7 @@ def make_plan(
         num_nodes=nnodes,
         node_rank=nrank,
         start_method=method,
-        device=device,
+        device=backend.name,
         mixed_precision=_choice("mixed_precision", mixed_precision, MIXED_PRECISION_CHOICES),
         master_addr=master_addr.strip() if nnodes > 1 else LOOPBACK,
         requested_port=port,

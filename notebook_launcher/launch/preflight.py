@@ -7,21 +7,11 @@ fix it; :func:`run_preflight` raises on the first finding.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from typing import Any
 
+from ..backends import Finding, all_backends
 from .errors import PreflightError
 from .plan import LaunchPlan
-
-
-@dataclass(frozen=True)
-class Finding:
-    what: str
-    why: str
-    fix: str
-
-    def __str__(self) -> str:
-        return f"{self.what}\nWhy it matters: {self.why}\nHow to fix it: {self.fix}"
 
 
 def check_function(function: Any) -> None:
@@ -47,27 +37,6 @@ def check_args(args: Any) -> tuple:
     )
 
 
-def cuda_initialized_in_kernel(plan: LaunchPlan) -> Finding | None:
-    if plan.start_method != "fork" or "torch" not in sys.modules:
-        return None
-    from ..utils.environment import cuda_initialized
-
-    if not cuda_initialized():
-        return None
-    return Finding(
-        what="CUDA has already been initialised in this kernel.",
-        why=(
-            "forked workers cannot use CUDA once the parent has ('Cannot re-initialize CUDA in "
-            "forked subprocess'). Something in an earlier cell touched the GPU: a .cuda() or "
-            ".to('cuda') call, torch.cuda.* queries, or an import that does so."
-        ),
-        fix=(
-            "restart the kernel and keep every GPU use inside the launched function, or pass "
-            "start_method='spawn' (the function and its arguments are then sent by value)."
-        ),
-    )
-
-
 def process_group_in_kernel(plan: LaunchPlan) -> Finding | None:
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
@@ -83,31 +52,6 @@ def process_group_in_kernel(plan: LaunchPlan) -> Finding | None:
             "function; in this kernel call torch.distributed.destroy_process_group() or restart it."
         ),
     )
-
-
-def xla_initialized_in_kernel(plan: LaunchPlan) -> Finding | None:
-    if plan.device != "xla" or "torch_xla" not in sys.modules:
-        return None
-    from .xla_env import xla_initialized
-
-    if not xla_initialized():
-        return None
-    return Finding(
-        what="The XLA runtime has already been started in this kernel.",
-        why=(
-            "xmp.spawn refuses to start replicas once the parent has used an XLA device, and "
-            "every later launch fails the same way until the kernel restarts. Something in an "
-            "earlier cell touched the device: torch_xla.device(), xm.xla_device(), a tensor "
-            "moved to it, or torch_xla.runtime queries such as world_size()."
-        ),
-        fix=(
-            "restart the kernel and keep every XLA device use inside the launched function "
-            "(importing torch_xla in the notebook is fine)."
-        ),
-    )
-
-
-KERNEL_CHECKS = (cuda_initialized_in_kernel, process_group_in_kernel, xla_initialized_in_kernel)
 
 
 def find_unpicklable(value: Any, name: str, depth: int = 0) -> str | None:
@@ -167,11 +111,18 @@ def check_picklable(function: Any, args: tuple, start_method: str = "spawn") -> 
         raise TypeError(f"{problem}. {_PICKLE_ADVICE.get(start_method, _PICKLE_ADVICE['spawn'])}")
 
 
+def kernel_findings(plan: LaunchPlan) -> list[Finding]:
+    """What in the kernel's state would break this launch's workers: a device runtime some
+    backend finds initialised for the plan's start method, a process group left in the kernel."""
+    found = [backend.kernel_hazard(plan.start_method) for backend in all_backends()]
+    found.append(process_group_in_kernel(plan))
+    return [finding for finding in found if finding is not None]
+
+
 def run_preflight(function: Any, args: tuple, plan: LaunchPlan) -> None:
-    for check in KERNEL_CHECKS:
-        finding = check(plan)
-        if finding is not None:
-            raise PreflightError(str(finding))
+    findings = kernel_findings(plan)
+    if findings:
+        raise PreflightError(str(findings[0]))
     if plan.start_method in _PICKLE_ADVICE:  # both send the function by value
         check_picklable(function, args, plan.start_method)
 

@@ -20,7 +20,7 @@ XLA_HELPER_ENTRY = "notebook_launcher.worker.xla_replica:run_helper"
 WORKER_FUNCTION = WORKER_ENTRY.rpartition(":")[2]  # the bottom frame of every worker's stack
 
 # Where a rank waits in a shared-memory collective (the kernel names that place in stall reports).
-SHARED_MEMORY_SOURCE = "notebook_launcher/ops/shared_memory.py"
+SHARED_MEMORY_SOURCE = "notebook_launcher/backends/shared_memory.py"
 
 # Shared-memory exchange files: /dev/shm/notebook_launcher-<kernel pid>-<random>. The workers
 # unlink them at once; the kernel removes those of ranks that died first.

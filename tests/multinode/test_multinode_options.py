@@ -8,6 +8,7 @@ import os
 import pytest
 
 from notebook_launcher import notebook_launcher as launch
+from notebook_launcher.backends import CpuBackend
 from notebook_launcher.launch.plan import make_plan
 
 
@@ -19,7 +20,7 @@ def plan(**changes):
         for name, param in inspect.signature(launch).parameters.items()
         if name in wanted and param.default is not param.empty
     }
-    return make_plan(**{**defaults, "num_processes": 2, "device": "cpu", "gpu_count": 0, **changes})
+    return make_plan(**{**defaults, "num_processes": 2, "backend": CpuBackend(), **changes})
 
 
 def rank():

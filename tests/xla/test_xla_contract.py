@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from notebook_launcher import PreflightError, notebook_launcher
-from notebook_launcher.launch.xla_env import detect_xla
+from notebook_launcher.backends.xla import detect_xla
 
 
 def test_detection_reads_the_environment_only(replicas):

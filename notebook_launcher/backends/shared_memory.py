@@ -5,7 +5,7 @@ between each rank's thread and gloo's threads, and on a machine with one core pe
 hand-off waits for the scheduler: on 2 cores a 300 KB all-reduce that takes about 0.3 ms back to
 back takes about 1 ms between training steps. When every rank runs on this machine,
 :class:`SharedMemoryExchange` exchanges tensors through one shared mapping instead, for DDP's
-gradients (:func:`register_hook`) and for the collectives of :mod:`notebook_launcher.ops`
+gradients (the DDP hook in :mod:`.cpu`) and for the collectives of :mod:`notebook_launcher.ops`
 (all-reduce, all-gather, broadcast):
 
 * each rank copies its tensor (already divided, for a mean) into its own slot, writes what it
@@ -32,7 +32,6 @@ after them), so it is used on x86-64 Linux only; elsewhere, and when
 
 from __future__ import annotations
 
-import functools
 import mmap
 import os
 import platform
@@ -103,12 +102,12 @@ class SharedMemoryExchange:
         self._step = 0
         self._kinds: dict[tuple[str, torch.dtype], int] = {}
         # A hook the user registered on the model after ours: DDP takes one hook only, so ours
-        # hands each bucket to it (see ``register_hook``).
+        # hands each bucket to it (see ``register_ddp_hook`` in :mod:`.cpu`).
         self.delegate: tuple[Any, Any] | None = None
 
     @classmethod
     def create(
-        cls, needed_bytes: int, timeout: float = DEFAULT_TIMEOUT
+        cls, state: Any, needed_bytes: int, timeout: float = DEFAULT_TIMEOUT
     ) -> SharedMemoryExchange | None:
         """The exchange for this job, or None where it cannot be used (then gloo is).
 
@@ -117,17 +116,15 @@ class SharedMemoryExchange:
         could not map the file.
 
         Args:
+            state: the job's ``PartialState``.
             needed_bytes: the largest tensor to reduce, in bytes (the slots are no larger, and
                 all of them together stay within ``BUDGET``).
             timeout: seconds to wait for the other ranks at each step before raising.
         """
         import torch.distributed as dist
 
-        from ..state.partial import PartialState
-
         check_int("needed_bytes", needed_bytes, 1)
         check_number("timeout", timeout, positive=True)
-        state = PartialState()
         world = state.num_processes
         on_gloo = "gloo" in str(state.backend or "")
         alone = state._local_num_processes != world  # ranks on other machines
@@ -352,72 +349,3 @@ def _open(path: str, size: int) -> mmap.mmap | None:
         return None
     finally:
         os.close(fd)
-
-
-def all_reduce_hook(exchange: SharedMemoryExchange, bucket):
-    """A DistributedDataParallel communication hook: the bucket's mean over the ranks.
-
-    (DDP checks the hook's annotations against its own classes, so there are none here.)
-    """
-    if exchange.delegate is not None:
-        state, hook = exchange.delegate
-        return hook(state, bucket)
-    tensor = exchange.all_reduce_(bucket.buffer(), divisor=exchange.world_size)
-    future: torch.futures.Future = torch.futures.Future()
-    future.set_result(tensor)
-    return future
-
-
-def group_timeout() -> float:
-    """The default process group's timeout in seconds (gloo's, as set by init_process_group)."""
-    import torch.distributed as dist
-
-    try:
-        group = dist.distributed_c10d._get_default_group()
-        return group._get_backend(torch.device("cpu")).options._timeout.total_seconds()
-    except (AttributeError, RuntimeError):  # private API moved: gloo's documented default
-        return DEFAULT_TIMEOUT
-
-
-def register_hook(model: Any, timeout: float | None = None) -> bool:
-    """Carry ``model``'s (a DistributedDataParallel of CPU parameters) gradients through shared
-    memory where the job allows; collective. Whether the hook was registered.
-
-    ``timeout`` (seconds a rank waits for the others at each step) defaults to the process
-    group's, so a slow rank is given as long as gloo would give it.
-    """
-    timeout = group_timeout() if timeout is None else timeout
-    params = [p for p in model.parameters() if p.requires_grad]
-    on_cpu = all(p.device.type == "cpu" for p in params)
-    if not dist_all(on_cpu and bool(params)):
-        return False
-    needed = sum(p.numel() * p.element_size() for p in params)
-    exchange = SharedMemoryExchange.create(needed, timeout)
-    if exchange is None:
-        return False
-    model.register_comm_hook(state=exchange, hook=all_reduce_hook)
-    model.register_comm_hook = functools.partial(_register_instead, model, exchange)
-    return True
-
-
-def _register_instead(
-    model: Any, exchange: SharedMemoryExchange | None, state: Any, hook: Any
-) -> None:
-    """``model.register_comm_hook`` once ours is registered: the user's hook takes over.
-
-    DDP accepts one communication hook per model; a user who registers theirs after
-    ``prepare`` (as works with Accelerate, which registers none by default) gets it called for
-    every bucket, with DDP's own checks of the hook, and a second one is refused as DDP
-    refuses it.
-    """
-    if exchange is None:  # a copy of the model (see __reduce__): DDP's own registration
-        type(model).register_comm_hook(model, state, hook)
-        return
-    if exchange.delegate is not None:
-        raise RuntimeError(
-            "register_comm_hook can only be called once per model (DistributedDataParallel "
-            "accepts one communication hook)"
-        )
-    type(model)._check_comm_hook(model, hook)
-    exchange.delegate = (state, hook)
-    model._comm_hooks.append((hook, state))
