@@ -15,9 +15,11 @@ from typing import Any
 from .backends import backend_for, launch_backend
 from .launch import background
 from .launch.api import _RUNNER, notebook_launcher
-from .launch.plan import MIXED_PRECISION_CHOICES, OUTPUT_CHOICES, START_METHODS, LaunchPlan
+from .launch.launchers import START_METHODS
+from .launch.plan import OUTPUT_CHOICES, LaunchPlan
 from .launch.preflight import check_args, check_function
 from .ui.widgets import widget_bundle
+from .utils.enums import MIXED_PRECISION_CHOICES
 
 
 def machine_processes() -> int:

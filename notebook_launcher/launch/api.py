@@ -14,30 +14,21 @@ from ..backends import CpuBackend, launch_backend
 from ..protocol.context import WorkerContext
 from ..protocol.spec import WorkerSpec
 from ..ui import check_ui
-from .base import Launcher, WorkerHandle
 from .errors import AttemptFailed
-from .fork import ForkLauncher
+from .launchers import LAUNCHERS, Launcher, WorkerHandle
 from .output import OutputSink
 from .plan import DEFAULT_RDZV_TIMEOUT, DEFAULT_STALL_TIMEOUT, LaunchPlan, make_plan
 from .preflight import check_args, check_function, run_preflight
 from .rendezvous import open_rendezvous
 from .result import LaunchResult
 from .signals import interrupts_deferred
-from .spawn import SpawnLauncher
 from .supervisor import Supervisor
-from .xla import XlaLauncher
 
 # How notebook_launcher runs a validated launch: None runs it here and now (blocking); a launch
 # in the background sets a runner that starts a supervising thread instead.
 _RUNNER: ContextVar[Callable[..., Any] | None] = ContextVar(
     "notebook_launcher_runner", default=None
 )
-
-LAUNCHERS: dict[str, type[Launcher]] = {
-    "fork": ForkLauncher,
-    "spawn": SpawnLauncher,
-    "xla": XlaLauncher,
-}
 
 
 def notebook_launcher(
@@ -258,10 +249,9 @@ def _attempt(
         supervisor = None
         interrupted = False
         try:
-            for local_rank in range(plan.num_processes):
-                spec = _spec(plan, local_rank, attempt.port, restart)
-                with interrupts_deferred():  # a started worker is always recorded, so torn down
-                    handles.append(launcher.start(spec, payload, time.monotonic()))
+            specs = [_spec(plan, r, attempt.port, restart) for r in range(plan.num_processes)]
+            with interrupts_deferred():  # started workers are always recorded, so torn down
+                handles = launcher.start_group(specs, payload, time.monotonic())
             attempt.workers_started()
             supervisor = Supervisor(
                 handles,

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from ..backends import Backend, CpuBackend
 from ..utils.enums import MIXED_PRECISION_CHOICES
 from ..utils.environment import available_cpu_count
+from ..utils.validation import invalid
+from .launchers import LAUNCHERS, START_METHODS
 from .rdzv_options import check_rdzv_conf, format_endpoint, node_wait, parse_endpoint
 
-START_METHODS = ("fork", "spawn")
 RDZV_BACKENDS = ("static", "c10d")
 OUTPUT_CHOICES = ("all", "main", "none")
 DEFAULT_PREFIX_TEMPLATE = "[rank{rank}] "
@@ -70,15 +71,11 @@ class LaunchPlan:
         )
 
 
-def _bad(name: str, value: object, allowed: str, error: type[Exception] = ValueError) -> Exception:
-    return error(f"{name}={value!r} is not valid: {allowed}.")
-
-
 def _int(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _bad(name, value, f"expected an int >= {minimum}")
+        raise invalid(name, value, f"expected an int >= {minimum}")
     if value < minimum:
-        raise _bad(name, value, f"expected an int >= {minimum}")
+        raise invalid(name, value, f"expected an int >= {minimum}")
     return value
 
 
@@ -86,11 +83,11 @@ def _seconds(name: str, value: object, allow_none: bool = True) -> float | None:
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _bad(
+        raise invalid(
             name, value, "expected a number of seconds > 0" + (" or None" if allow_none else "")
         )
     if not math.isfinite(value) or value <= 0:
-        raise _bad(
+        raise invalid(
             name, value, "expected a number of seconds > 0" + (" or None" if allow_none else "")
         )
     return float(value)
@@ -98,7 +95,7 @@ def _seconds(name: str, value: object, allow_none: bool = True) -> float | None:
 
 def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     if value not in choices:
-        raise _bad(name, value, "allowed values are " + ", ".join(repr(c) for c in choices))
+        raise invalid(name, value, "allowed values are " + ", ".join(repr(c) for c in choices))
     return value  # type: ignore[return-value]
 
 
@@ -106,9 +103,9 @@ def _port(value: object) -> int:
     try:
         port = int(value)  # Accelerate passes the port as a string
     except (TypeError, ValueError):
-        raise _bad("use_port", value, "expected a TCP port number between 0 and 65535")
+        raise invalid("use_port", value, "expected a TCP port number between 0 and 65535")
     if isinstance(value, bool) or not 0 <= port <= 65535:
-        raise _bad("use_port", value, "expected a TCP port number between 0 and 65535")
+        raise invalid("use_port", value, "expected a TCP port number between 0 and 65535")
     return port
 
 
@@ -116,31 +113,18 @@ def _prefix_template(value: object, multi_node: bool) -> str:
     if value is None:
         return DEFAULT_MULTINODE_PREFIX_TEMPLATE if multi_node else DEFAULT_PREFIX_TEMPLATE
     if not isinstance(value, str):
-        raise _bad(
+        raise invalid(
             "log_line_prefix_template", value, "expected a str such as '[rank{rank}] ' or None"
         )
     try:
         value.format(rank=0, local_rank=0, node_rank=0, role_name="default")
     except (KeyError, IndexError, ValueError) as exc:
-        raise _bad(
+        raise invalid(
             "log_line_prefix_template",
             value,
             f"the template may use {{rank}}, {{local_rank}}, {{node_rank}} and {{role_name}} ({exc!r})",
         )
     return value
-
-
-def _check_xla_group(nprocs: int, nnodes: int, replicas: int) -> None:
-    """XLA launches: xmp.spawn starts one replica per device, so the count is not ours to pick."""
-    if replicas and nprocs != replicas:
-        raise _bad(
-            "num_processes",
-            nprocs,
-            f"on this XLA host xmp.spawn starts one replica per device, {replicas} here; pass "
-            f"num_processes={replicas} or None",
-        )
-    if nnodes != 1:
-        raise _bad("num_nodes", nnodes, "XLA launches run on one host (num_nodes=1)")
 
 
 def make_plan(
@@ -183,7 +167,7 @@ def make_plan(
         if devices > 0:  # every GPU, or every XLA device (TPU core)
             num_processes = devices
         else:
-            raise _bad(
+            raise invalid(
                 "num_processes",
                 None,
                 f"this machine has no GPU, so say how many CPU processes to start, "
@@ -193,19 +177,19 @@ def make_plan(
     nnodes = _int("num_nodes", num_nodes, 1)
     nrank = _int("node_rank", node_rank, 0)
     if nrank >= nnodes:
-        raise _bad("node_rank", nrank, f"expected 0 <= node_rank < num_nodes={nnodes}")
+        raise invalid("node_rank", nrank, f"expected 0 <= node_rank < num_nodes={nnodes}")
     rdzv = _choice("rdzv_backend", rdzv_backend, RDZV_BACKENDS)
     if not isinstance(master_addr, str) or not master_addr.strip():
-        raise _bad("master_addr", master_addr, "expected a host name or IP address string")
+        raise invalid("master_addr", master_addr, "expected a host name or IP address string")
     if not isinstance(rdzv_id, str) or not rdzv_id:
-        raise _bad("rdzv_id", rdzv_id, "expected a non-empty str (the job id)")
+        raise invalid("rdzv_id", rdzv_id, "expected a non-empty str (the job id)")
     port = _port(use_port)
     host, endpoint_port = parse_endpoint(rdzv_endpoint, master_addr.strip(), port)
     conf = check_rdzv_conf(rdzv_conf, rdzv, nrank)
     wait = _seconds("rdzv_timeout", rdzv_timeout, allow_none=False)
     if nnodes > 1 and (port if rdzv == "static" else endpoint_port) == 0:
         where = "use_port" if rdzv == "static" or not rdzv_endpoint.strip() else "rdzv_endpoint"
-        raise _bad(
+        raise invalid(
             where,
             use_port if where == "use_port" else rdzv_endpoint,
             "a multi-node launch needs the fixed port every node was told (1 to 65535), not 0",
@@ -215,9 +199,8 @@ def make_plan(
         MIXED_PRECISION_CHOICES
     ):
         allowed = " and ".join(map(repr, backend.precisions))
-        raise _bad("mixed_precision", mixed_precision, f"{backend.label} support {allowed}")
-    if method == "xla":  # replicas are started by torch_xla's xmp.spawn, one per device
-        _check_xla_group(nprocs, nnodes, devices)
+        raise invalid("mixed_precision", mixed_precision, f"{backend.label} support {allowed}")
+    LAUNCHERS[method].check_group(nprocs, nnodes, devices)
     threads = threads_per_process
     if threads is None:
         threads = max(1, available_cpu_count() // nprocs)

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..backends import Finding, all_backends
 from .errors import PreflightError
+from .launchers import LAUNCHERS
 from .plan import LaunchPlan
 
 
@@ -82,33 +83,16 @@ def _children(value: Any, name: str):
     return []
 
 
-# Why the function and its arguments must pickle, and what to do, for each start method.
-_PICKLE_ADVICE = {
-    "spawn": (
-        "With start_method='spawn' the function and every argument are sent to the workers by "
-        "value; pass something picklable (or create the object inside the function), or use "
-        "start_method='fork', which inherits them."
-    ),
-    "xla": (
-        "On XLA devices torch_xla's xmp.spawn pickles the function and its arguments to start "
-        "the replicas, even though it forks them, so nothing is inherited; notebook_launcher "
-        "sends them with cloudpickle, which carries functions, lambdas and classes defined in "
-        "the notebook by value but not locks, open files, sockets, threads or processes. Pass "
-        "something picklable instead (a path, a config, plain tensors) and create the object "
-        "inside the function; start_method does not change this on XLA."
-    ),
-}
-
-
-def check_picklable(function: Any, args: tuple, start_method: str = "spawn") -> None:
-    """Where everything travels by value (spawn, xla): name the argument that cannot."""
+def check_picklable(function: Any, args: tuple, advice: str) -> None:
+    """Where everything travels by value (spawn, xla): name the argument that cannot, and add
+    ``advice`` (why it must pickle, what to do)."""
     problem = find_unpicklable(function, "function")
     for index, arg in enumerate(args):
         if problem is not None:
             break
         problem = find_unpicklable(arg, f"args[{index}]")
     if problem is not None:
-        raise TypeError(f"{problem}. {_PICKLE_ADVICE.get(start_method, _PICKLE_ADVICE['spawn'])}")
+        raise TypeError(f"{problem}. {advice}")
 
 
 def kernel_findings(plan: LaunchPlan) -> list[Finding]:
@@ -123,8 +107,9 @@ def run_preflight(function: Any, args: tuple, plan: LaunchPlan) -> None:
     findings = kernel_findings(plan)
     if findings:
         raise PreflightError(str(findings[0]))
-    if plan.start_method in _PICKLE_ADVICE:  # both send the function by value
-        check_picklable(function, args, plan.start_method)
+    launcher = LAUNCHERS[plan.start_method]
+    if launcher.ships_by_value:
+        check_picklable(function, args, launcher.pickle_advice)
 
 
 def _short(value: Any, limit: int = 80) -> str:

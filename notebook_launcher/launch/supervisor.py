@@ -20,7 +20,6 @@ from ..protocol.events import (
     WorkerStopped,
 )
 from ..protocol.failure import looks_secondary
-from .base import WorkerHandle
 from .errors import (
     AttemptFailed,
     LaunchStoppedError,
@@ -29,6 +28,7 @@ from .errors import (
     WorkerStalledError,
     failure_to_raise,
 )
+from .launchers import WorkerHandle
 from .output import OutputSink
 from .processes import kill_tree
 from .stacks import trim_kernel_frames, where_ranks_were

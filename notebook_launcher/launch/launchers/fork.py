@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
 
+from ...protocol.names import WORKER_ENTRY
 from .base import Launcher
 
 # Imported once in the kernel so that forked workers do not each import them again on first use
 # (building an optimizer pulls in torch._dynamo, close to a second per worker otherwise; the
 # worker bootstrap and state are what every launched function starts with).
-WARM_IMPORTS = ("torch._dynamo", "notebook_launcher.worker.bootstrap")
+WARM_IMPORTS = ("torch._dynamo", WORKER_ENTRY.partition(":")[0])
 
 
 class ForkLauncher(Launcher):
     start_method = "fork"
-
-    def payload(self, function: Any, args: tuple) -> Any:
-        return (function, args)  # inherited through fork, never pickled
 
     def prepare(self) -> None:
         for name in WARM_IMPORTS:
