@@ -16,6 +16,7 @@ from .data import (
 from .launch import (
     LaunchError,
     LaunchHandle,
+    LaunchPlan,
     LaunchResult,
     LaunchStoppedError,
     LaunchTimeoutError,
@@ -28,6 +29,7 @@ from .launch import (
     debug_launcher,
     launch_in_background,
     notebook_launcher,
+    plan_launch,
 )
 from .ops import (
     DistributedOperationException,
@@ -117,6 +119,7 @@ __all__ = [
     "LaunchError",
     "LaunchHandle",
     "LaunchPanel",
+    "LaunchPlan",
     "LaunchResult",
     "LaunchStoppedError",
     "LaunchTimeoutError",
@@ -163,6 +166,7 @@ __all__ = [
     "notebook_launcher",
     "offload_state_dict",
     "pad_across_processes",
+    "plan_launch",
     "prepare_data_loader",
     "progress",
     "recursively_apply",

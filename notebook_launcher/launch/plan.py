@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..backends import Backend, CpuBackend
+from ..backends import Backend, launch_backend
+from ..ui import check_ui
 from ..utils.enums import MIXED_PRECISION_CHOICES
 from ..utils.environment import available_cpu_count
 from ..utils.validation import invalid
@@ -23,7 +24,7 @@ LOOPBACK = "127.0.0.1"
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """What a launch will do. Built by :func:`make_plan`; never mutated."""
+    """What a launch will do. Built by :func:`plan_launch`; never mutated."""
 
     num_processes: int  # processes on this node
     num_nodes: int
@@ -46,6 +47,7 @@ class LaunchPlan:
     rdzv_endpoint: str = ""  # "host:port" of the c10d rendezvous; "" for static
     rdzv_conf: tuple[tuple[str, object], ...] = ()  # sorted items of rdzv_conf
     rdzv_timeout: float = DEFAULT_RDZV_TIMEOUT
+    ui: str = "auto"  # the live view: "auto", "widgets", "console" or "none"
 
     @property
     def world_size(self) -> int:
@@ -127,9 +129,9 @@ def _prefix_template(value: object, multi_node: bool) -> str:
     return value
 
 
-def make_plan(
+def plan_launch(
     *,
-    num_processes: object,
+    num_processes: object = None,
     mixed_precision: object = "no",
     use_port: object = "29500",
     master_addr: object = "127.0.0.1",
@@ -146,22 +148,35 @@ def make_plan(
     stall_timeout: object = DEFAULT_STALL_TIMEOUT,
     threads_per_process: object = None,
     output: object = "all",
-    backend: Backend | None = None,
     rdzv_conf: object = None,
     rdzv_timeout: object = DEFAULT_RDZV_TIMEOUT,
+    ui: object = "auto",
+    backend: Backend | None = None,
 ) -> LaunchPlan:
-    """Validate user input and decide everything a launch needs.
+    """Validate a launch's settings and decide everything it will do, starting nothing.
 
-    The defaults are :func:`notebook_launcher`'s, on a machine without GPUs; ``backend`` is the
-    device the launch runs on (default: the CPU).
+    Takes the settings of :func:`notebook_launcher` (all its parameters but ``function`` and
+    ``args``, as keywords, with the same defaults) and returns the :class:`LaunchPlan` it would
+    run: the device, the processes and their start method, ports, timeouts, threads. The
+    background launcher and the config panel start from it too.
 
     A single-node plan keeps the rendezvous on 127.0.0.1 whatever ``master_addr`` says; the
     rendezvous settings only matter with ``num_nodes > 1``.
 
+    Args:
+        backend: the device to plan for; default: this machine's (an XLA host's devices, else
+            its GPUs, else its CPU).
+
     Raises:
         ValueError, TypeError: naming the parameter, the value received and what is allowed.
+
+    Example:
+        >>> plan = plan_launch(num_processes=2, mixed_precision="bf16")
+        >>> plan.world_size, plan.device, plan.start_method
+        (2, 'cpu', 'fork')
     """
-    backend = backend or CpuBackend()
+    check_ui(ui)
+    backend = backend or launch_backend()
     devices = backend.device_count() if backend.accelerator else 0
     if num_processes is None:
         if devices > 0:  # every GPU, or every XLA device (TPU core)
@@ -227,4 +242,5 @@ def make_plan(
         rdzv_endpoint=format_endpoint(host, endpoint_port) if rdzv == "c10d" else "",
         rdzv_conf=conf,
         rdzv_timeout=node_wait(conf, rdzv, wait),
+        ui=ui,
     )

@@ -63,13 +63,6 @@ class View:
     def show(self) -> None:
         """Put the view on screen (widgets are displayed in the current cell)."""
 
-    @property
-    def panel(self):
-        """The run's final state as a displayable :class:`RunPanel`."""
-        from .report import RunPanel
-
-        return RunPanel(self.model)
-
     def _broke(self, exc: BaseException) -> None:
         self.broken = exc
         warnings.warn(
