@@ -16,8 +16,9 @@ from typing import Any
 from .backends import backend_for, launch_backend
 from .launch.background import LaunchHandle, start_in_background
 from .launch.launchers import START_METHODS
-from .launch.plan import OUTPUT_CHOICES, LaunchPlan, plan_launch
+from .launch.plan import OUTPUT_CHOICES, LaunchPlan
 from .launch.preflight import check_args, check_function
+from .launch.settings import plan_launch
 from .ui.widgets import widget_bundle
 from .utils.enums import MIXED_PRECISION_CHOICES
 

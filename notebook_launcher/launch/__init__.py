@@ -13,8 +13,9 @@ from .errors import (
     WorkersFailedError,
     WorkerStalledError,
 )
-from .plan import LaunchPlan, plan_launch
+from .plan import LaunchPlan
 from .result import LaunchResult
+from .settings import plan_launch
 
 __all__ = [
     "LaunchError",

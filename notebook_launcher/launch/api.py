@@ -8,10 +8,11 @@ from typing import Any
 
 from ..backends import CpuBackend
 from ..ui import RunPanel, create_view
-from .plan import DEFAULT_RDZV_TIMEOUT, DEFAULT_STALL_TIMEOUT, LaunchPlan, plan_launch
+from .plan import DEFAULT_RDZV_TIMEOUT, DEFAULT_STALL_TIMEOUT, LaunchPlan
 from .preflight import check_args, check_function
 from .result import LaunchResult
 from .runner import launch
+from .settings import plan_launch
 
 
 def notebook_launcher(

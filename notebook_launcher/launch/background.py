@@ -16,10 +16,11 @@ from typing import Any
 
 from ..ui import RunPanel, create_view
 from .errors import LaunchStoppedError
-from .plan import LaunchPlan, plan_launch
+from .plan import LaunchPlan
 from .preflight import check_args, check_function, run_preflight
 from .result import LaunchResult
 from .runner import launch
+from .settings import plan_launch
 
 EXIT_STOP_WAIT = 5.0  # seconds an exiting interpreter waits for each run it stops
 _running: weakref.WeakSet[LaunchHandle] = weakref.WeakSet()

@@ -8,8 +8,8 @@ import os
 import pytest
 
 from notebook_launcher import notebook_launcher as launch
+from notebook_launcher import plan_launch
 from notebook_launcher.backends import CpuBackend
-from notebook_launcher.launch.plan import plan_launch
 
 
 def plan(**changes):

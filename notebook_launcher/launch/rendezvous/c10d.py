@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import math
 import os
 import socket
@@ -19,11 +20,11 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from .errors import LaunchError, NodesMissingError
-from .multinode import NAMESPACE, NodeAttempt, ranks_text
-from .node_group import StaticNodes
-from .rdzv_options import parse_endpoint
-from .rendezvous import is_address_in_use
+from ..errors import LaunchError, NodesMissingError
+from .node_attempt import NAMESPACE, NodeAttempt, ranks_text
+from .options import parse_endpoint
+from .static import StaticNodes
+from .store import is_address_in_use
 from .store_process import StoreProcess
 
 DEFAULT_READ_TIMEOUT = 60  # seconds; torch's default for the c10d store
@@ -196,6 +197,4 @@ def _torch_call(what: str, call: Any) -> Any:
 
 
 def _not_local(exc: OSError) -> bool:
-    import errno
-
     return exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 
-from ..utils.validation import invalid
+from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
+
+from ...utils.validation import invalid
 
 C10D_DEFAULT_PORT = 29400  # torch's port for a c10d endpoint given without one
-_HOST = re.compile(r"^[\w.:-]+$")  # what torch accepts as an endpoint host
+_PORT_RANGE = "; the port must be 1 to 65535"
 
 # rdzv_conf keys and what each must hold. For "c10d" they are torch's dynamic-rendezvous settings
 # (torch.distributed.elastic.rendezvous.dynamic_rendezvous.create_handler and the c10d backend);
@@ -32,8 +33,8 @@ STATIC_KEYS = {"rank": "this node's node_rank", "timeout": _SECONDS}
 def parse_endpoint(value: object, master_addr: str, use_port: int) -> tuple[str, int]:
     """``rdzv_endpoint`` as ``(host, port)``; ``""`` means ``master_addr:use_port``.
 
-    Accepts ``host``, ``host:port`` and ``[ipv6]:port``, as torch does; a missing port is
-    torch's c10d default (29400).
+    Read by torch's own parser (``host``, ``host:port``, ``[ipv6]:port``; a missing port is
+    torch's c10d default, 29400), so the endpoint means here what it means to torch.
     """
     allowed = (
         "expected 'host:port' (e.g. '10.0.0.1:29400'), '[ipv6]:port', or '' for "
@@ -41,25 +42,16 @@ def parse_endpoint(value: object, master_addr: str, use_port: int) -> tuple[str,
     )
     if not isinstance(value, str):
         raise invalid("rdzv_endpoint", value, allowed, TypeError)
-    text = value.strip()
-    if not text:
+    if not value.strip():
         return master_addr, use_port
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port_text = rest[1:] if rest.startswith(":") else None
-        if rest and port_text is None:
-            raise invalid("rdzv_endpoint", value, allowed)
-    elif text.count(":") == 1:
-        host, port_text = text.split(":")
-    else:
-        host, port_text = text, None
-    if not host or not _HOST.match(host):
-        raise invalid("rdzv_endpoint", value, allowed)
-    if port_text is None:
-        return host, C10D_DEFAULT_PORT
-    if not port_text.isdigit() or not 0 < int(port_text) <= 65535:
-        raise invalid("rdzv_endpoint", value, allowed + "; the port must be 1 to 65535")
-    return host, int(port_text)
+    try:
+        host, port = parse_rendezvous_endpoint(value, default_port=C10D_DEFAULT_PORT)
+    except ValueError as exc:  # torch's message says which part it could not read
+        detail = _PORT_RANGE if "port number" in str(exc) else ""
+        raise invalid("rdzv_endpoint", value, allowed + detail) from None
+    if not 0 < port <= 65535:
+        raise invalid("rdzv_endpoint", value, allowed + _PORT_RANGE)
+    return host, port
 
 
 def format_endpoint(host: str, port: int) -> str:

@@ -19,8 +19,8 @@ import socket
 from datetime import timedelta
 from typing import Any
 
-from ..utils.processes import die_with_parent
-from .rendezvous import bind_listener
+from ...utils.processes import die_with_parent
+from .store import bind_listener
 
 START_TIMEOUT = 60.0  # seconds the server process may take to answer
 

@@ -2,8 +2,9 @@
 
 Each node's kernel joins one rendezvous before it starts its processes: a ``TCPStore`` that node
 0's kernel hosts (``rdzv_backend="static"``, served by a process of its own, see
-:mod:`.store_process`) or torch's dynamic rendezvous (``"c10d"``, see :mod:`.c10d`). While the processes run, every node's supervisor watches a few keys of the shared
-store, under a prefix of their own for each attempt:
+:mod:`.store_process`) or torch's dynamic rendezvous (``"c10d"``, see :mod:`.c10d`). While the
+processes run, every node's supervisor watches a few keys of the shared store, under a prefix of
+their own for each attempt:
 
 - ``node/<n>``: node n arrived for this attempt (with its process count, host and pid);
 - ``beat/<n>``: a counter node n increments while it runs; a node that stops counting is gone;
@@ -22,10 +23,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol.failure import WorkerFailure, looks_secondary
-from .errors import AttemptFailed, LaunchTimeoutError, RemoteNodeFailedError
-from .plan import LaunchPlan
-from .rendezvous import Attempt
+from ...protocol.failure import WorkerFailure, looks_secondary
+from ..errors import AttemptFailed, LaunchTimeoutError, RemoteNodeFailedError
+from ..plan import LaunchPlan
+from .local import Attempt
 
 NAMESPACE = "notebook_launcher"
 CLOSED_KEY = f"{NAMESPACE}/closed"  # set by the hosting kernel once its launch is ending

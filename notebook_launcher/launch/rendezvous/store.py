@@ -1,4 +1,5 @@
-"""The rendezvous store: a torch TCPStore bound to exactly the address it is given."""
+"""The rendezvous store: a torch TCPStore bound to exactly the address it is given, hosted by the
+kernel (as torchrun's agent hosts one) or reached as a client."""
 
 from __future__ import annotations
 
@@ -43,15 +44,6 @@ def bind_listener(host: str, port: int) -> socket.socket:
             sock.close()
             error = exc
     raise error or OSError(errno.EADDRNOTAVAIL, f"no address found for {host!r}")
-
-
-def host_store(host: str, port: int, timeout: timedelta = STORE_TIMEOUT) -> Any:
-    """Start a TCPStore server listening on exactly ``host:port``.
-
-    Raises:
-        OSError: the address cannot be bound.
-    """
-    return serve_store(bind_listener(host, port), host, timeout)
 
 
 def serve_store(sock: socket.socket, host: str, timeout: timedelta = STORE_TIMEOUT) -> Any:
@@ -153,72 +145,3 @@ class KernelStore:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
-
-
-class Attempt:
-    """One attempt of a launch as this node sees it: where the workers meet, and the hooks a
-    multi-node launch uses to start and stop together with the other nodes.
-
-    Attributes:
-        plan: the plan of this attempt (in a c10d launch the rendezvous assigns ``node_rank``).
-        port: the port of the store the workers connect to.
-    """
-
-    def __init__(self, plan: Any, port: int) -> None:
-        self.plan = plan
-        self.port = port
-
-    def watch(self) -> BaseException | None:
-        """Checked by the supervisor on every turn: an exception to stop this node with, or None."""
-        return None
-
-    def finish(self, deadline: float | None) -> None:
-        """This node's ranks all returned: wait until the other nodes' ranks have too."""
-
-    def workers_started(self) -> None:
-        """Every local worker process exists now (called once per attempt)."""
-
-
-class LocalAttempt(Attempt):
-    """A single-node attempt, whose store starts serving once every worker is forked."""
-
-    def __init__(self, plan: Any, store: KernelStore) -> None:
-        super().__init__(plan, store.port)
-        self._store = store
-
-    def workers_started(self) -> None:
-        self._store.serve()
-
-
-class LocalRendezvous:
-    """The rendezvous of a single-node launch: a fresh kernel-hosted store for each attempt."""
-
-    def __init__(self, plan: Any) -> None:
-        self.plan = plan
-
-    @contextlib.contextmanager
-    def attempt(self, restart: int):
-        """Open the store for attempt ``restart``; it stops listening when the attempt ends."""
-        plan = self.plan
-        store = KernelStore(plan.master_addr, plan.requested_port, plan.exact_port, serve=False)
-        try:
-            yield LocalAttempt(plan, store)
-        finally:
-            store.close()
-
-    def close(self) -> None:
-        """Nothing outlives an attempt on one node."""
-
-
-def open_rendezvous(plan: Any, notice: Any) -> Any:
-    """The rendezvous for ``plan``: local on one node, shared with the other nodes otherwise.
-
-    Args:
-        plan: the validated :class:`LaunchPlan`.
-        notice: called with each line the launcher has to say in the cell (waiting, restarts).
-    """
-    if not plan.multi_node:
-        return LocalRendezvous(plan)
-    from .node_group import open_node_group
-
-    return open_node_group(plan, notice)

@@ -1,4 +1,5 @@
-"""The nodes of a multi-node launch joining and leaving one rendezvous (see :mod:`.multinode`)."""
+"""The nodes of a multi-node launch joining and leaving one rendezvous (see :mod:`.node_attempt`);
+``rdzv_backend="static"``: node 0's kernel hosts the store."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from .errors import LaunchError, NodesMissingError
-from .multinode import (
+from ..errors import LaunchError, NodesMissingError
+from ..plan import LaunchPlan
+from .node_attempt import (
     CLOSED_KEY,
     LEAVE_GRACE,
     NAMESPACE,
@@ -23,9 +25,8 @@ from .multinode import (
     NodeAttempt,
     ranks_text,
 )
-from .plan import LaunchPlan
-from .rdzv_options import format_endpoint
-from .rendezvous import STORE_TIMEOUT, connect_store
+from .options import format_endpoint
+from .store import STORE_TIMEOUT, connect_store
 from .store_process import StoreProcess
 
 # The kernels only read keys that exist (their waits are loops of their own), so a store operation
@@ -273,12 +274,3 @@ def clear_worker_keys(store: Any) -> None:
     for key in keys:
         if not key.startswith((f"{NAMESPACE}/", "torch.rendezvous.")):
             store.delete_key(key)
-
-
-def open_node_group(plan: LaunchPlan, notice: Callable[[str], None]) -> Any:
-    """The rendezvous of the nodes of ``plan`` (joined lazily, at the first attempt)."""
-    if plan.rdzv_backend == "c10d":
-        from .c10d import C10dNodes
-
-        return C10dNodes(plan, notice)
-    return StaticNodes(plan, notice)
