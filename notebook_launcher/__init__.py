@@ -1,7 +1,13 @@
 """Launch distributed PyTorch from a notebook cell, with the worker-side API of Accelerate."""
 
-from .accelerator import Accelerator
-from .accelerator_config import DataLoaderConfiguration, ProjectConfiguration
+from .accelerator import (
+    AcceleratedOptimizer,
+    AcceleratedScheduler,
+    Accelerator,
+    DataLoaderConfiguration,
+    GeneralTracker,
+    ProjectConfiguration,
+)
 from .data import (
     BatchSamplerShard,
     DataLoaderDispatcher,
@@ -57,9 +63,7 @@ from .ops import (
     synchronize_rng_states,
     wait_for_everyone,
 )
-from .optimizer import AcceleratedOptimizer
 from .panel import LaunchPanel
-from .scheduler import AcceleratedScheduler
 from .state import (
     AcceleratorState,
     DistributedType,
@@ -69,7 +73,6 @@ from .state import (
     PrecisionType,
     RNGType,
 )
-from .trackers import GeneralTracker
 from .utils.config import load_config, write_basic_config
 from .utils.dataclasses import GradientAccumulationPlugin, KwargsHandler
 from .utils.environment import (

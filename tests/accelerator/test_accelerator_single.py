@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from notebook_launcher.accelerator import Accelerator
-from notebook_launcher.optimizer import AcceleratedOptimizer
-from notebook_launcher.scheduler import AcceleratedScheduler
-from notebook_launcher.trackers import GeneralTracker
+from notebook_launcher.accelerator.optimizer import AcceleratedOptimizer
+from notebook_launcher.accelerator.scheduler import AcceleratedScheduler
+from notebook_launcher.accelerator.trackers import GeneralTracker
 from notebook_launcher.utils.kwargs import GradScalerKwargs, ProfileKwargs
 
 accelerate = pytest.importorskip("accelerate")

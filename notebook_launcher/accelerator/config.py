@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .utils.dataclasses import KwargsHandler
-from .utils.validation import check_bool, check_int, check_optional_bool, invalid
+from ..utils.dataclasses import KwargsHandler
+from ..utils.validation import check_bool, check_int, check_optional_bool, invalid
 
 
 def _check_optional_path(name: str, value: object) -> str | None:

@@ -6,10 +6,10 @@ from typing import Any
 
 import torch
 
-from .ops.structures import send_to_device
-from .state.accelerator_state import AcceleratorState
-from .state.gradient import GradientState
-from .utils.validation import check_bool, invalid
+from ..ops.structures import send_to_device
+from ..state.accelerator_state import AcceleratorState
+from ..state.gradient import GradientState
+from ..utils.validation import check_bool, invalid
 
 
 def _scale(scaler: Any) -> float | None:

@@ -22,11 +22,12 @@ from typing import Any
 
 import torch
 
-from .ops.modeling import extract_model_from_parallel
-from .ops.saving import save
+from ..ops.modeling import extract_model_from_parallel
+from ..ops.saving import save
+from ..state.partial import PartialState
+from ..utils.validation import invalid
+from .prepared import Prepared
 from .resumable import is_resumable
-from .state.partial import PartialState
-from .utils.validation import invalid
 
 MODEL_NAME = "pytorch_model"
 SAFE_MODEL_NAME = "model"
@@ -52,11 +53,7 @@ _DEVICE_RNGS = ("cuda", "xpu")
 class TrainingObjects:
     """What a checkpoint holds, in the order the Accelerator prepared them."""
 
-    models: list[Any] = field(default_factory=list)
-    optimizers: list[Any] = field(default_factory=list)
-    schedulers: list[Any] = field(default_factory=list)
-    dataloaders: list[Any] = field(default_factory=list)
-    custom: list[Any] = field(default_factory=list)
+    prepared: Prepared = field(default_factory=Prepared)
     scaler: Any = None
     step: int = 0  # batches into the current accumulation window
     gradients: bool = False  # save the gradients accumulated so far (saved mid-window)
@@ -130,25 +127,28 @@ def save_training_state(
     shared = _writes_shared(save_on_each_node)
     weights = objects.weights
     if weights is None:
-        weights = [extract_model_from_parallel(m).state_dict() for m in objects.models]
+        weights = [extract_model_from_parallel(m).state_dict() for m in objects.prepared.models]
     for i, state_dict in enumerate(weights):
         path = os.path.join(output_dir, model_file(i, safe_serialization))
         save(state_dict, path, save_on_each_node, safe_serialization)
     if shared:
-        for name, items in (("optimizer", objects.optimizers), ("scheduler", objects.schedulers)):
+        for name, items in (
+            ("optimizer", objects.prepared.optimizers),
+            ("scheduler", objects.prepared.schedulers),
+        ):
             for i, item in enumerate(items):
                 torch.save(item.state_dict(), os.path.join(output_dir, _suffix(name, i, "bin")))
         if objects.scaler is not None:
             torch.save(objects.scaler.state_dict(), os.path.join(output_dir, "scaler.pt"))
-        for i, item in enumerate(objects.custom):
+        for i, item in enumerate(objects.prepared.custom_objects):
             torch.save(item.state_dict(), os.path.join(output_dir, f"custom_checkpoint_{i}.pkl"))
     rank = state.process_index
-    for i, loader in enumerate(objects.dataloaders):
+    for i, loader in enumerate(objects.prepared.dataloaders):
         if is_resumable(loader):
             path = os.path.join(output_dir, f"dataloader_{i}_{rank}.bin")
             torch.save(loader.state_dict(), path)
     if objects.gradients:
-        grads = [_grads(model) for model in objects.models]
+        grads = [_grads(model) for model in objects.prepared.models]
         torch.save(grads, os.path.join(output_dir, f"gradients_{rank}.bin"))
     # Last, so that nothing above (a state_dict() that draws) shifts the saved generators.
     with open(os.path.join(output_dir, f"{RNG_STATE_NAME}_{rank}.pkl"), "wb") as f:
@@ -179,7 +179,7 @@ def load_training_state(input_dir: str, objects: TrainingObjects, load_kwargs: d
         raise FileNotFoundError(f"input_dir={input_dir!r} is not a checkpoint directory")
     state = PartialState()
     device = state.device
-    targets = objects.models if objects.load_into is None else objects.load_into
+    targets = objects.prepared.models if objects.load_into is None else objects.load_into
     for i, model in enumerate(targets):
         inner = extract_model_from_parallel(model)
         safe = os.path.join(input_dir, model_file(i, True))
@@ -190,23 +190,26 @@ def load_training_state(input_dir: str, objects: TrainingObjects, load_kwargs: d
         else:
             weights = _load(os.path.join(input_dir, model_file(i, False)), "cpu", **load_kwargs)
         inner.load_state_dict(weights)
-    for name, items in (("optimizer", objects.optimizers), ("scheduler", objects.schedulers)):
+    for name, items in (
+        ("optimizer", objects.prepared.optimizers),
+        ("scheduler", objects.prepared.schedulers),
+    ):
         for i, item in enumerate(items):
             item.load_state_dict(
                 _load(os.path.join(input_dir, _suffix(name, i, "bin")), device, **load_kwargs)
             )
     if objects.scaler is not None:
         objects.scaler.load_state_dict(_load(os.path.join(input_dir, "scaler.pt"), "cpu"))
-    for i, item in enumerate(objects.custom):
+    for i, item in enumerate(objects.prepared.custom_objects):
         item.load_state_dict(_load(os.path.join(input_dir, f"custom_checkpoint_{i}.pkl"), "cpu"))
     rank = state.process_index
-    for i, loader in enumerate(objects.dataloaders):
+    for i, loader in enumerate(objects.prepared.dataloaders):
         path = os.path.join(input_dir, f"dataloader_{i}_{rank}.bin")
         if is_resumable(loader) and os.path.exists(path):
             loader.load_state_dict(_load(path, "cpu"))
     grads_path = os.path.join(input_dir, f"gradients_{rank}.bin")
     saved_grads = _load(grads_path, "cpu") if os.path.exists(grads_path) else None
-    for i, model in enumerate(objects.models):
+    for i, model in enumerate(objects.prepared.models):
         params = list(extract_model_from_parallel(model).parameters())
         grads = saved_grads[i] if saved_grads else [None] * len(params)
         for param, grad in zip(params, grads, strict=True):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..state.gradient import GradientState
+from ..state.partial import PartialState
+from ..utils.validation import check_bool, invalid
 from .optimizer import FollowsGradientState
-from .state.gradient import GradientState
-from .state.partial import PartialState
-from .utils.validation import check_bool, invalid
 
 
 class AcceleratedScheduler(FollowsGradientState):

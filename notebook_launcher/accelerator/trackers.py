@@ -8,14 +8,16 @@ with ``torch.utils.tensorboard`` when the ``tensorboard`` package is installed.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .utils.enums import LoggerType
-from .utils.validation import invalid
-from .worker import live
+from ..utils.enums import LoggerType
+from ..utils.profiling import ProfileKwargs
+from ..utils.validation import invalid
+from ..worker import live
 
 NOTEBOOK = "notebook"
 
@@ -195,3 +197,130 @@ def build_tracker(
     if cls.requires_logging_directory:
         return cls(project_name, logging_dir, **kwargs)
     return cls(project_name, **kwargs)
+
+
+PROFILE_FILE = "profile_{}.json"
+
+
+class Trackers:
+    """An Accelerator's part that records a run: its experiment trackers, and the profiler.
+
+    Args:
+        state: the job's ``AcceleratorState``.
+        log_with: the resolved ``log_with`` (tracker names and ``GeneralTracker`` objects).
+        project_configuration: where trackers that write files log to.
+        profile_handler: the Accelerator's ``ProfileKwargs``, or None.
+
+    Attributes:
+        trackers: the trackers started on this process, in ``log_with`` order.
+    """
+
+    def __init__(
+        self,
+        state: Any,
+        log_with: list[str | GeneralTracker],
+        project_configuration: Any,
+        profile_handler: ProfileKwargs | None = None,
+    ) -> None:
+        self.state = state
+        self.log_with = log_with
+        self.project_configuration = project_configuration
+        self.profile_handler = profile_handler
+        self.trackers: list[GeneralTracker] = []
+
+    def init_trackers(
+        self, project_name: str, config: dict | None = None, init_kwargs: dict | None = None
+    ) -> None:
+        """Start a run on every tracker of ``log_with``.
+
+        Args:
+            project_name: the name of the run (TensorBoard's sub-directory).
+            config: hyperparameters to record.
+            init_kwargs: per-tracker constructor arguments, ``{"tensorboard": {...}}``.
+
+        Raises:
+            TypeError: an argument of the wrong type.
+        """
+        if not isinstance(project_name, str):
+            raise invalid("project_name", project_name, "expected a str", TypeError)
+        if config is not None and not isinstance(config, dict):
+            raise invalid("config", config, "expected a dict or None", TypeError)
+        if init_kwargs is not None and not isinstance(init_kwargs, dict):
+            raise invalid("init_kwargs", init_kwargs, "expected a dict or None", TypeError)
+        init_kwargs = init_kwargs or {}
+        main = self.state.is_main_process
+        for entry in self.log_with:
+            name = entry.name if isinstance(entry, GeneralTracker) else entry
+            tracker_cls = type(entry) if isinstance(entry, GeneralTracker) else None
+            if tracker_cls is None:
+                tracker_cls = BUILT_IN[entry]
+            if tracker_cls.main_process_only and not main:
+                continue
+            tracker = build_tracker(
+                entry,
+                project_name,
+                self.project_configuration.logging_dir,
+                init_kwargs.get(name, {}),
+            )
+            self.trackers.append(tracker)
+        for tracker in self.trackers:
+            tracker.start()
+            if config is not None:
+                tracker.store_init_configuration(config)
+
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        """The started tracker called ``name`` (its run object with ``unwrap``).
+
+        Raises:
+            ValueError: no tracker of that name was started on this process.
+        """
+        for tracker in self.trackers:
+            if tracker.name == name:
+                return tracker.tracker if unwrap else tracker
+        if not self.state.is_main_process:
+            return GeneralTracker(_blank=True)
+        started = ", ".join(repr(t.name) for t in self.trackers) or "none"
+        raise invalid("name", name, f"started trackers: {started}")
+
+    def log(self, values: dict, step: int | None = None, log_kwargs: dict | None = None) -> None:
+        """Send ``values`` to every started tracker (per-tracker ``log_kwargs`` by name).
+
+        Raises:
+            TypeError: ``values`` is not a dict or ``step`` not an int.
+        """
+        if not isinstance(values, dict):
+            raise invalid("values", values, "expected a dict of names to values", TypeError)
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
+            raise invalid("step", step, "expected an int or None", TypeError)
+        log_kwargs = log_kwargs or {}
+        for tracker in self.trackers:
+            tracker.log(values, step=step, **log_kwargs.get(tracker.name, {}))
+
+    def end_training(self) -> None:
+        """Finish every tracker's run and wait for every process."""
+        for tracker in self.trackers:
+            tracker.finish()
+        self.trackers.clear()
+        self.state.wait_for_everyone()
+
+    @contextlib.contextmanager
+    def profile(self, profile_handler: ProfileKwargs | None = None) -> Iterator[Any]:
+        """Profile the block with ``torch.profiler``; yields the profiler.
+
+        With ``output_trace_dir`` set, each process writes ``profile_<rank>.json`` there.
+
+        Raises:
+            TypeError: ``profile_handler`` is not a ProfileKwargs.
+        """
+        if profile_handler is not None and not isinstance(profile_handler, ProfileKwargs):
+            raise invalid(
+                "profile_handler", profile_handler, "expected a ProfileKwargs or None", TypeError
+            )
+        handler = profile_handler or self.profile_handler or ProfileKwargs()
+        with handler.build() as profiler:
+            yield profiler
+        if handler.output_trace_dir is not None:
+            os.makedirs(handler.output_trace_dir, exist_ok=True)
+            name = PROFILE_FILE.format(self.state.process_index)
+            profiler.export_chrome_trace(os.path.join(handler.output_trace_dir, name))
+        self.state.wait_for_everyone()

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from .data import DataLoaderDispatcher, DataLoaderShard
-from .utils.validation import invalid
+from ..data import DataLoaderDispatcher, DataLoaderShard
+from ..utils.validation import invalid
 
 _STATE_KEYS = ("iteration", "generators", "torch", "position", "in_epoch", "seed")
 

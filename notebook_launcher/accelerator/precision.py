@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from .ops.structures import convert_to_fp32
-from .utils.kwargs import AutocastKwargs, GradScalerKwargs
-from .utils.validation import invalid
+from ..ops.structures import convert_to_fp32
+from ..utils.kwargs import AutocastKwargs, GradScalerKwargs
+from ..utils.validation import invalid
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
