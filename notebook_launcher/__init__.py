@@ -8,6 +8,7 @@ from .accelerator import (
     GeneralTracker,
     ProjectConfiguration,
 )
+from .backends.config import load_config, write_basic_config
 from .data import (
     BatchSamplerShard,
     DataLoaderDispatcher,
@@ -73,7 +74,6 @@ from .state import (
     PrecisionType,
     RNGType,
 )
-from .utils.config import load_config, write_basic_config
 from .utils.dataclasses import GradientAccumulationPlugin, KwargsHandler
 from .utils.environment import (
     is_bf16_available,

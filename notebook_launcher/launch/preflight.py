@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from ..backends import Finding, all_backends
+from ..utils.validation import short_repr
 from .errors import PreflightError
 from .launchers import LAUNCHERS
 from .plan import LaunchPlan
@@ -24,7 +25,7 @@ def check_function(function: Any) -> None:
         "notebook_launcher(train, args=(...)) rather than notebook_launcher(train(...))."
     )
     raise TypeError(
-        f"function={_short(function)} is not valid: expected a callable, got "
+        f"function={short_repr(function)} is not valid: expected a callable, got "
         f"{type(function).__name__}.{hint}"
     )
 
@@ -33,7 +34,7 @@ def check_args(args: Any) -> tuple:
     if isinstance(args, (tuple, list)):
         return tuple(args)
     raise TypeError(
-        f"args={_short(args)} is not valid: expected a tuple of positional arguments, "
+        f"args={short_repr(args)} is not valid: expected a tuple of positional arguments, "
         f"got {type(args).__name__} (for one argument write args=(value,))"
     )
 
@@ -110,11 +111,3 @@ def run_preflight(function: Any, args: tuple, plan: LaunchPlan) -> None:
     launcher = LAUNCHERS[plan.start_method]
     if launcher.ships_by_value:
         check_picklable(function, args, launcher.pickle_advice)
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    try:
-        text = repr(value)
-    except Exception:
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."

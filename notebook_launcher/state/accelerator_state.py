@@ -13,13 +13,6 @@ from ..utils.validation import check_bool, check_choice
 from .partial import PartialState
 
 FP8_PACKAGES = ("transformer_engine", "msamp", "torchao")
-_UNSUPPORTED_PLUGINS = (
-    "deepspeed_plugin",
-    "fsdp_plugin",
-    "torch_tp_plugin",
-    "megatron_lm_plugin",
-    "parallelism_config",
-)
 
 
 def _from_partial(name: str) -> property:

@@ -24,7 +24,7 @@ _EXPORTS = {
     ),
     ".versions": ("compare_versions", "is_torch_version"),
     ".memory": ("convert_file_size_to_int", "get_max_memory"),
-    ".config": ("load_config", "write_basic_config"),
+    "..backends.config": ("load_config", "write_basic_config"),
     ".dataclasses": ("GradientAccumulationPlugin", "KwargsHandler"),
     ".fp8": ("FP8RecipeKwargs",),
     ".profiling": ("ProfileKwargs",),

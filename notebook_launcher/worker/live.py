@@ -28,6 +28,7 @@ from typing import Any
 
 from ..protocol.context import current_context
 from ..protocol.events import TrackingBatch
+from ..utils.validation import short_repr
 
 SEND_EVERY = 0.1  # seconds between batches sent by the background thread
 WAKE_AT = 4096  # buffered records that wake the background thread early
@@ -171,14 +172,9 @@ def _number(name: str, value: Any) -> float:
         return float(value)  # one-element tensors and NumPy scalars convert themselves
     except (TypeError, ValueError, RuntimeError) as exc:
         raise TypeError(
-            f"metrics[{name!r}]={_short(value)} is not valid: expected a number (int, float or a "
+            f"metrics[{name!r}]={short_repr(value)} is not valid: expected a number (int, float or a "
             f"one-element tensor) ({exc})"
         ) from None
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def log(metrics: Mapping[str, float], step: int | None = None) -> None:
@@ -199,10 +195,10 @@ def log(metrics: Mapping[str, float], step: int | None = None) -> None:
     """
     if type(metrics) is not dict and not isinstance(metrics, Mapping):
         raise TypeError(
-            f"metrics={_short(metrics)} is not valid: expected a dict of metric names to numbers"
+            f"metrics={short_repr(metrics)} is not valid: expected a dict of metric names to numbers"
         )
     if step is not None and (type(step) is not int and not _is_step(step)):
-        raise TypeError(f"step={_short(step)} is not valid: expected an int, a float or None")
+        raise TypeError(f"step={short_repr(step)} is not valid: expected an int, a float or None")
     tracker = _tracker
     if tracker is None:
         tracker = _start()
@@ -212,7 +208,7 @@ def log(metrics: Mapping[str, float], step: int | None = None) -> None:
     for name, value in metrics.items():
         if type(name) is not str or len(name) > MAX_NAME:
             raise TypeError(
-                f"metric name {_short(name)} is not valid: expected a str of at most "
+                f"metric name {short_repr(name)} is not valid: expected a str of at most "
                 f"{MAX_NAME} characters"
             )
         kind = type(value)
@@ -237,7 +233,7 @@ def set_status(text: str) -> None:
         TypeError: ``text`` is not a str.
     """
     if not isinstance(text, str):
-        raise TypeError(f"text={_short(text)} is not valid: expected a str")
+        raise TypeError(f"text={short_repr(text)} is not valid: expected a str")
     tracker = _tracker
     if tracker is None:
         tracker = _start()
@@ -265,15 +261,15 @@ class Progress:
         rank_zero_only: bool = True,
     ) -> None:
         if total is not None and (isinstance(total, bool) or not isinstance(total, int)):
-            raise TypeError(f"total={_short(total)} is not valid: expected an int >= 0 or None")
+            raise TypeError(f"total={short_repr(total)} is not valid: expected an int >= 0 or None")
         if total is not None and total < 0:
             raise ValueError(f"total={total!r} is not valid: expected an int >= 0 or None")
         if desc is not None and not isinstance(desc, str):
-            raise TypeError(f"desc={_short(desc)} is not valid: expected a str or None")
+            raise TypeError(f"desc={short_repr(desc)} is not valid: expected a str or None")
         if not isinstance(rank_zero_only, bool):
             raise TypeError(f"rank_zero_only={rank_zero_only!r} is not valid: expected a bool")
         if iterable is not None and not isinstance(iterable, Iterable):
-            raise TypeError(f"iterable={_short(iterable)} is not valid: expected an iterable")
+            raise TypeError(f"iterable={short_repr(iterable)} is not valid: expected an iterable")
         if total is None and iterable is not None:
             try:
                 total = len(iterable)  # type: ignore[arg-type]
@@ -320,7 +316,7 @@ class Progress:
     def set_description(self, desc: str | None) -> None:
         """Change the description shown beside the bar."""
         if desc is not None and not isinstance(desc, str):
-            raise TypeError(f"desc={_short(desc)} is not valid: expected a str or None")
+            raise TypeError(f"desc={short_repr(desc)} is not valid: expected a str or None")
         self.desc = desc
 
     def close(self) -> None:

@@ -8,10 +8,10 @@ import inspect
 
 import pytest
 
+from notebook_launcher.backends.config import write_basic_config
 from notebook_launcher.state import AcceleratorState, GradientState, PartialState
 from notebook_launcher.utils import environment, memory, versions
 from notebook_launcher.utils import kwargs as ours_kwargs
-from notebook_launcher.utils.config import write_basic_config
 
 accelerate = pytest.importorskip("accelerate")
 from accelerate import state as their_state  # noqa: E402

@@ -1,4 +1,5 @@
-"""A basic launch configuration for this machine, written as JSON or YAML and read back."""
+"""A basic launch configuration for this machine (its devices, one node), as Accelerate's config
+file: written as JSON, which is also valid YAML, and read back from JSON or YAML."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import yaml_lite
-from .enums import MIXED_PRECISION_CHOICES
-from .validation import check_choice, invalid
+from ..utils.enums import MIXED_PRECISION_CHOICES
+from ..utils.validation import check_choice, invalid
+from . import detect_backend
 
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
 
@@ -33,8 +34,6 @@ def _check_path(name: str, value: object) -> Path:
 
 def machine_config(mixed_precision: str = "no") -> dict[str, Any]:
     """The settings ``write_basic_config`` writes for this machine (its devices, one node)."""
-    from ..backends import detect_backend
-
     backend = detect_backend()
     count = backend.device_count() if backend.accelerator else 1
     distributed = backend.distributed_type if count > 1 else "NO"
@@ -62,7 +61,7 @@ def write_basic_config(mixed_precision: str = "no", save_location: str = default
 
     Args:
         mixed_precision: "no", "fp16", "bf16" or "fp8" (any case).
-        save_location: where to write; ``.json`` is written as JSON, ``.yaml``/``.yml`` as YAML.
+        save_location: where to write (``.json``, ``.yaml`` or ``.yml``; the file is JSON).
             Defaults to ``$HF_HOME/accelerate/default_config.yaml``, where Accelerate looks.
 
     Returns:
@@ -70,8 +69,8 @@ def write_basic_config(mixed_precision: str = "no", save_location: str = default
         line says so).
 
     Note:
-        Accelerate always writes JSON, whatever the extension; here the extension decides, and
-        the YAML written is standard, so Accelerate reads either file.
+        As Accelerate does, this writes JSON whatever the extension: JSON is also valid YAML, so
+        Accelerate and any YAML reader read the file.
 
     Raises:
         TypeError, ValueError: a bad ``mixed_precision`` or ``save_location``, naming it.
@@ -86,11 +85,7 @@ def write_basic_config(mixed_precision: str = "no", save_location: str = default
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
     config = machine_config(precision)
-    if path.suffix.lower() == ".json":
-        text = json.dumps(config, indent=2, sort_keys=True) + "\n"
-    else:
-        text = yaml_lite.dumps(config)
-    path.write_text(text, encoding="utf-8")
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return path
 
 
@@ -98,8 +93,7 @@ def load_config(path: str | os.PathLike) -> dict[str, Any]:
     """Read a configuration file written by :func:`write_basic_config` (or Accelerate).
 
     JSON content is read as JSON whatever the extension (Accelerate writes JSON into
-    ``.yaml`` files); other ``.yaml``/``.yml`` files are read with the built-in YAML subset, or
-    with PyYAML where it is installed and the file goes beyond that subset.
+    ``.yaml`` files); other ``.yaml``/``.yml`` files are read with PyYAML, where it is installed.
 
     Raises:
         FileNotFoundError: no such file.
@@ -123,10 +117,13 @@ def load_config(path: str | os.PathLike) -> dict[str, Any]:
 
 def _load_yaml(file: Path, text: str) -> Any:
     try:
-        return yaml_lite.loads(text)
-    except ValueError as exc:
-        try:
-            import yaml
-        except ImportError:
-            raise ValueError(f"{file}: {exc} (install PyYAML to read any YAML)")
+        import yaml  # optional: only YAML that is not JSON needs it
+    except ImportError:
+        raise ValueError(
+            f"{file}: this YAML file is not JSON, and reading other YAML needs PyYAML "
+            "(pip install pyyaml)"
+        ) from None
+    try:
         return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{file}: not valid YAML ({exc})") from None
