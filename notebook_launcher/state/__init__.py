@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..backends import reset_backend_choice
 from ..utils.enums import (
     DDPCommunicationHookType,
     DistributedType,
@@ -21,8 +22,6 @@ def is_initialized() -> bool:
 
 def reset_state() -> None:
     """Forget every shared state singleton of this process (a fresh worker starts this way)."""
-    from ..backends import reset_backend_choice
-
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
     reset_backend_choice()

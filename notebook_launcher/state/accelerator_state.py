@@ -6,6 +6,7 @@ import importlib.util
 import os
 from typing import Any
 
+from ..protocol.context import current_context
 from ..utils.enums import PrecisionType
 from ..utils.environment import parse_flag_from_env
 from ..utils.replicas import ReplicaLocalDict
@@ -25,8 +26,6 @@ def _from_partial(name: str) -> property:
 def _mixed_precision(value: str | None) -> str:
     """The precision asked for, else the launch's, else ``ACCELERATE_MIXED_PRECISION``, else no."""
     if value is None:
-        from ..protocol.context import current_context
-
         context = current_context()
         if context is not None:
             return check_choice("mixed_precision", context.mixed_precision, PrecisionType.list())

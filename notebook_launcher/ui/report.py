@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..utils.environment import in_kernel
 from .charts import metrics_html
 from .model import RunModel
 from .render import status_html, status_text
+from .widgets import WidgetView
 
 
 class RunPanel:
@@ -43,11 +45,7 @@ class RunPanel:
 
     def show(self) -> None:
         """Draw the status table and charts as widgets in the current cell (as text elsewhere)."""
-        from . import in_kernel
-
         if in_kernel():
-            from .widgets import WidgetView
-
             view = WidgetView(self.model)
             view.show()
             view.finished = True

@@ -11,6 +11,7 @@ import html
 from collections import deque
 from typing import Any
 
+from ..utils.environment import in_kernel
 from .charts import metrics_html
 from .model import RunModel
 from .render import status_html
@@ -93,8 +94,6 @@ class WidgetView(View):
         self._log_drawn = 0
 
     def show(self) -> None:
-        from . import in_kernel
-
         if not in_kernel():  # no frontend to show widgets to
             return
         from IPython.display import display
