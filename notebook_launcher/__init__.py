@@ -1,5 +1,7 @@
 """Launch distributed PyTorch from a notebook cell, with the worker-side API of Accelerate."""
 
+import logging as _logging
+
 from .accelerator import (
     AcceleratedOptimizer,
     AcceleratedScheduler,
@@ -96,6 +98,10 @@ from .utils.versions import is_torch_version
 from .worker.live import Progress, log, progress, set_status
 
 __version__ = "0.1.0"
+
+# The package logs restarts, port fallbacks and teardowns to the "notebook_launcher" logger;
+# silent unless the application configures logging (logging.basicConfig(level=logging.INFO)).
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 __all__ = [
     "AcceleratedOptimizer",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import threading
@@ -20,6 +21,8 @@ from .rendezvous import open_rendezvous
 from .result import LaunchResult
 from .signals import interrupts_deferred
 from .supervisor import Supervisor
+
+logger = logging.getLogger(__name__)
 
 
 def launch(
@@ -57,6 +60,13 @@ def launch(
                 )
             except AttemptFailed as failed:
                 if restart < plan.max_restarts:
+                    logger.info(
+                        "restarting all %d processes (restart %d of %d) after: %s",
+                        plan.world_size,
+                        restart + 1,
+                        plan.max_restarts,
+                        failed.summary,
+                    )
                     sink.notice(
                         f"notebook_launcher: {failed.summary}; restarting all {plan.world_size} "
                         f"processes (restart {restart + 1} of {plan.max_restarts})"

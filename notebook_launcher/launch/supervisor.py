@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -33,6 +34,7 @@ from .output import OutputSink
 from .processes import kill_tree
 from .stacks import trim_kernel_frames, where_ranks_were
 
+logger = logging.getLogger(__name__)
 READ_CHUNK = 1 << 16
 LIVENESS_CHECK_EVERY = 0.5  # seconds between CPU-time samples of each worker
 CPU_ALIVE_THRESHOLD = 0.01  # CPU seconds per sample that count as a sign of life
@@ -213,10 +215,7 @@ class Supervisor:
         failed = [h for h in self.handles if h.status == "failed"]
         primary = min(failed, key=_failure_order)
         others = [h for h in self.handles if h is not primary and h.status != "finished"]
-        for handle in others:
-            kill_tree(handle.pid)
-            handle.status = "stopped"
-            self._publish(WorkerStopped(handle.rank, f"rank {primary.rank} failed"))
+        self._stop(others, f"rank {primary.rank} failed")
         self._await_exits([primary], EXIT_GRACE)
         self.teardown()
         failure = self._describe(primary)
@@ -333,11 +332,10 @@ class Supervisor:
 
         Safe to call more than once and from any exit path.
         """
-        for handle in self.handles:
+        running = [h for h in self.handles if not h.exited and h.status in ("starting", "running")]
+        self._stop(running, self.stop_reason)
+        for handle in self.handles:  # and whatever the others left running
             kill_tree(handle.pid)
-            if not handle.exited and handle.status in ("starting", "running"):
-                handle.status = "stopped"
-                self._publish(WorkerStopped(handle.rank, self.stop_reason))
         self._await_exits([h for h in self.handles if not h.exited], DRAIN_LIMIT)
         end = self.clock() + DRAIN_LIMIT
         while any(c for c in self._by_conn if c is not self._by_conn[c].events):
@@ -352,6 +350,16 @@ class Supervisor:
         self._by_conn.clear()
         # Workers unlink their shared-memory exchange at once; one that died first cannot.
         names.remove_leftovers(os.getpid())
+        logger.debug("teardown: all %d processes gone, pipes closed", len(self.handles))
+
+    def _stop(self, handles: list[WorkerHandle], reason: str) -> None:
+        """Kill the ranks of ``handles``, which still run, and tell the listeners why."""
+        if handles:
+            logger.info("stopping rank %s (%s)", ", ".join(str(h.rank) for h in handles), reason)
+        for handle in handles:
+            kill_tree(handle.pid)
+            handle.status = "stopped"
+            self._publish(WorkerStopped(handle.rank, reason))
 
     def _await_exits(self, handles: list[WorkerHandle], limit: float) -> None:
         end = self.clock() + limit
@@ -360,6 +368,7 @@ class Supervisor:
             if left <= 0:
                 for handle in handles:
                     if not handle.exited:
+                        logger.info("rank %d did not exit within %g s: killed", handle.rank, limit)
                         kill_tree(handle.pid)
                         handle.process.join(DRAIN_LIMIT)
                         handle.exitcode = handle.process.exitcode

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import socket
 import time
 from datetime import timedelta
 from typing import Any
 
+logger = logging.getLogger(__name__)
 STORE_TIMEOUT = timedelta(minutes=30)  # torch's own default for process-group setup
 LOOPBACK = "127.0.0.1"
 LISTEN_BACKLOG = 2048
@@ -115,6 +117,12 @@ class KernelStore:
                     f"use_port={port}: cannot listen on {host}:{port} for the rendezvous ({exc})"
                 ) from exc
             self._listener = bind_listener(host, 0)
+            logger.info(
+                "port %d on %s is taken; the rendezvous listens on free port %d instead",
+                port,
+                host,
+                self._listener.getsockname()[1],
+            )
         self.host = host
         self.port = self._listener.getsockname()[1]
         self.requested_port = port
