@@ -12,6 +12,7 @@ from multiprocessing.connection import wait
 import psutil
 
 from ..protocol import names
+from ..protocol.channel import READ_CHUNK
 from ..protocol.events import (
     SupervisorTick,
     WorkerExited,
@@ -35,7 +36,6 @@ from .processes import kill_tree
 from .stacks import trim_kernel_frames, where_ranks_were
 
 logger = logging.getLogger(__name__)
-READ_CHUNK = 1 << 16
 LIVENESS_CHECK_EVERY = 0.5  # seconds between CPU-time samples of each worker
 CPU_ALIVE_THRESHOLD = 0.01  # CPU seconds per sample that count as a sign of life
 EXIT_GRACE = 1.0  # how long a rank that reported its failure or result may take to exit

@@ -8,6 +8,7 @@ from typing import Any
 
 from .events import OutputLine
 
+READ_CHUNK = 1 << 16  # bytes read from an output pipe at a time
 MAX_LINE_BYTES = 64 * 1024  # a line longer than this is shown in pieces rather than held forever
 
 

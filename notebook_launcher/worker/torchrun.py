@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol.channel import LineSplitter
+from ..protocol.channel import READ_CHUNK, LineSplitter
 from ..protocol.events import WorkerFailed
 from ..protocol.failure import WorkerFailure, looks_secondary
 from ..utils.enums import MIXED_PRECISION_CHOICES
@@ -46,7 +46,6 @@ from ..utils.tree import to_cpu
 from .bootstrap import shutdown_process_group
 
 DEFAULT_PREFIX = "[rank{rank}] "
-READ_CHUNK = 1 << 16
 DRAIN_WAIT = 2.0  # seconds to wait for the last output lines at exit
 SECONDARY_DELAY = 3.0  # seconds a rank that only lost its peers waits before it reports
 

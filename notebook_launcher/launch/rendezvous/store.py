@@ -14,7 +14,6 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 STORE_TIMEOUT = timedelta(minutes=30)  # torch's own default for process-group setup
-LOOPBACK = "127.0.0.1"
 LISTEN_BACKLOG = 2048
 CONNECT_PROBE_EVERY = 0.2  # seconds between attempts to reach a store that is not up yet
 
