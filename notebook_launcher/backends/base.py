@@ -39,7 +39,8 @@ class Backend(ABC):
         process_group_backends: every ``torch.distributed`` backend accepted for it.
         distributed_type: the :class:`DistributedType` of a multi-process job on this device
             (``NO`` where jobs of several processes are not supported).
-        start_methods: how the launcher may start workers for this device, the default first.
+        start_methods: the only start methods that work for this device, the default first
+            (empty: every start method the launcher offers, "fork" by default).
         precisions: the ``mixed_precision`` values a launch on it accepts.
         accelerator: False for the CPU, True for devices other than the host.
         creates_process_group: whether a job creates a ``torch.distributed`` process group.
@@ -53,7 +54,7 @@ class Backend(ABC):
     process_group_backend: str
     process_group_backends: tuple[str, ...]
     distributed_type: DistributedType
-    start_methods: tuple[str, ...] = ("fork", "spawn")
+    start_methods: tuple[str, ...] = ()
     precisions: tuple[str, ...] = MIXED_PRECISION_CHOICES
     accelerator: bool = True
     creates_process_group: bool = True  # False where collectives bypass torch.distributed
@@ -73,11 +74,13 @@ class Backend(ABC):
 
     @property
     def default_start_method(self) -> str:
-        return self.start_methods[0]
+        return self.start_methods[0] if self.start_methods else "fork"
 
     def start_method(self, requested: str) -> str:
         """The start method a launch asking for ``requested`` uses on this device."""
-        return requested if requested in self.start_methods else self.default_start_method
+        if not self.start_methods or requested in self.start_methods:
+            return requested
+        return self.default_start_method
 
     def kernel_hazard(self, start_method: str) -> Finding | None:
         """What, in the kernel's current state, would break workers started with
@@ -102,6 +105,11 @@ class Backend(ABC):
     def communicator(self, state: Any) -> Communicator:
         """The primitive collectives of the job ``state`` (a ``PartialState``) belongs to."""
         return Communicator(state)
+
+    def memory_allocated(self, local_rank: int) -> int | None:
+        """Bytes of device memory this process holds, for the live panels; None where unknown or
+        where asking would initialise the device."""
+        return None
 
     def register_ddp_hook(self, model: Any, state: Any) -> bool:
         """Give a ``DistributedDataParallel`` model this device's own gradient communication,

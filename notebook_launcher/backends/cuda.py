@@ -47,6 +47,14 @@ class CudaBackend(Backend):
     def device_for(self, local_rank: int) -> torch.device:
         return torch.device("cuda", local_rank % max(1, self.device_count()))
 
+    def memory_allocated(self, local_rank: int) -> int | None:
+        try:
+            if not torch.cuda.is_initialized():  # asking must not create a CUDA context
+                return None
+            return int(torch.cuda.memory_allocated(local_rank % torch.cuda.device_count()))
+        except Exception:
+            return None
+
     def set_device(self, device: torch.device) -> None:
         torch.cuda.set_device(device)
 

@@ -222,31 +222,23 @@ class Supervisor:
         return failure_to_raise(failure, tuple(h.rank for h in others)), failure
 
     def _describe(self, handle: WorkerHandle) -> WorkerFailure:
-        event = handle.failed
-        if event is None:  # died without a word: the crash report stands in for a traceback
-            crash = "\n".join(trim_kernel_frames(self.sink.crash_report(handle.rank)))
-            what = dict(
-                exc_type=None,
-                message="the process ended without returning or raising (crash, signal or "
-                "os._exit)",
-                traceback=crash,
-                payload=None,
-            )
-        else:
-            what = dict(
-                exc_type=event.exc_type,
-                message=event.message,
-                traceback=event.traceback,
-                payload=event.payload,
-            )
-        return WorkerFailure(
-            rank=handle.rank,
+        known = dict(
             local_rank=handle.local_rank,
             pid=handle.pid,
             exitcode=handle.exitcode,
             last_lines=self.sink.tail(handle.rank),
             node_rank=handle.node_rank,
-            **what,
+        )
+        if handle.failed is not None:
+            return WorkerFailure.from_event(handle.failed, **known)
+        # Died without a word: the crash report stands in for a traceback.
+        crash = "\n".join(trim_kernel_frames(self.sink.crash_report(handle.rank)))
+        return WorkerFailure(
+            rank=handle.rank,
+            exc_type=None,
+            message="the process ended without returning or raising (crash, signal or os._exit)",
+            traceback=crash,
+            **known,
         )
 
     def _stalled(self, now: float) -> list[WorkerHandle]:

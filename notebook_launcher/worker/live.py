@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from ..backends import Backend, backend_for
 from ..protocol.context import current_context
 from ..protocol.events import TrackingBatch
 from ..utils.validation import short_repr
@@ -48,10 +48,11 @@ _start_lock = threading.Lock()
 class _Tracker:
     """The buffer of one worker process and the thread that sends it to the kernel."""
 
-    def __init__(self, rank: int, local_rank: int, channel: Any) -> None:
+    def __init__(self, rank: int, local_rank: int, channel: Any, backend: Backend) -> None:
         self.rank = rank
         self.local_rank = local_rank
         self.channel = channel
+        self.backend = backend  # asked for the device memory the rank holds
         self.records: deque[tuple[Any, dict[str, float]]] = deque()
         self.progress: Progress | None = None
         self.status: str | None = None
@@ -103,7 +104,7 @@ class _Tracker:
             status = None
         else:
             self._sent_status = status
-        memory = _device_memory(self.local_rank)
+        memory = self.backend.memory_allocated(self.local_rank)
         if memory == self._sent_memory:
             memory = None
         else:
@@ -111,16 +112,6 @@ class _Tracker:
         if not metrics and progress is None and status is None and memory is None:
             return None
         return TrackingBatch(self.rank, metrics, progress, status, memory)
-
-
-def _device_memory(local_rank: int) -> int | None:
-    torch = sys.modules.get("torch")
-    try:
-        if torch is None or not torch.cuda.is_initialized():
-            return None
-        return int(torch.cuda.memory_allocated(local_rank % torch.cuda.device_count()))
-    except Exception:
-        return None
 
 
 def _start() -> _Tracker | _Off | None:
@@ -131,7 +122,9 @@ def _start() -> _Tracker | _Off | None:
         return None  # not cached: a worker forked from this process may be launched later
     with _start_lock:
         if _tracker is None:
-            _tracker = _Tracker(context.rank, context.local_rank, context.channel)
+            _tracker = _Tracker(
+                context.rank, context.local_rank, context.channel, backend_for(context.device)
+            )
         return _tracker
 
 
