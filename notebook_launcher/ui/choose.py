@@ -7,12 +7,17 @@ from .model import RunModel
 from .views import ConsoleView, View
 from .widgets import WidgetView
 
-UI_CHOICES = ("auto", "widgets", "console", "none")
-BACKGROUND_LOG_LINES = 20  # worker lines kept under a background run's panel
+# Each ``ui=`` value and the view it stands for; "auto" picks one of them (see resolve_ui).
+VIEWS: dict[str, type[View]] = {
+    "widgets": WidgetView,
+    "console": ConsoleView,
+    "none": View,
+}
+UI_CHOICES = ("auto", *VIEWS)
 
 
 def check_ui(ui: object) -> str:
-    """Raise ValueError unless ``ui`` is one of "auto", "widgets", "console", "none"."""
+    """Raise ValueError unless ``ui`` is one of :data:`UI_CHOICES`."""
     if not isinstance(ui, str) or ui not in UI_CHOICES:
         raise ValueError(
             f"ui={ui!r} is not valid: allowed values are " + ", ".join(map(repr, UI_CHOICES))
@@ -21,7 +26,7 @@ def check_ui(ui: object) -> str:
 
 
 def resolve_ui(ui: str) -> str:
-    """The view ``ui`` stands for here: "widgets", "console" or "none"."""
+    """The view ``ui`` stands for here: a key of :data:`VIEWS`."""
     check_ui(ui)
     if ui != "auto":
         return ui
@@ -46,21 +51,16 @@ def create_view(
     """The view of a launch of ``world_size`` ranks.
 
     Args:
-        ui: "auto", "widgets", "console" or "none".
+        ui: "auto" or a key of :data:`VIEWS` ("widgets", "console", "none").
         world_size: number of ranks (of this node).
         output: the launch's output policy; hidden ranks' lines are not shown in the table.
         first_rank: the global rank of this node's first process.
-        background: the run is supervised from a background thread: widgets then also keep the
-            last worker lines under the table (a background run's output has no cell to go to).
-        show: display the widgets in the current cell now.
+        background: the run is supervised from a background thread (widgets then also keep the
+            last worker lines under the table).
+        show: put the view on screen now (widgets: in the current cell).
     """
-    kind = resolve_ui(ui)
     model = RunModel(world_size, output=output, first_rank=first_rank)
-    if kind == "widgets":
-        view: View = WidgetView(model, log_lines=BACKGROUND_LOG_LINES if background else 0)
-        if show:
-            view.show()
-        return view
-    if kind == "console":
-        return ConsoleView(model)
-    return View(model)
+    view = VIEWS[resolve_ui(ui)].for_launch(model, background=background)
+    if show:
+        view.show()
+    return view

@@ -33,6 +33,11 @@ class View:
         self.broken: BaseException | None = None
         self.finished = False
 
+    @classmethod
+    def for_launch(cls, model: RunModel, background: bool = False) -> View:
+        """The view of a launch (``background``: supervised from a background thread)."""
+        return cls(model)
+
     def __call__(self, event: object) -> None:
         if self.broken is not None:
             return

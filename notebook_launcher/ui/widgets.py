@@ -17,6 +17,8 @@ from .model import RunModel
 from .render import status_html
 from .views import View
 
+BACKGROUND_LOG_LINES = 20  # worker lines kept under a background run's panel
+
 STATUS_EVERY = 0.2  # seconds between redraws of the status table (5 Hz)
 CHARTS_EVERY = 1.0  # seconds between redraws of the charts (1 Hz)
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -74,7 +76,7 @@ class WidgetView(View):
 
     def __init__(self, model: RunModel, log_lines: int = 0) -> None:
         super().__init__(model)
-        import ipywidgets as widgets
+        import ipywidgets as widgets  # only once widgets are drawn: optional outside Jupyter
 
         now = model.clock()
         self.status = widgets.HTML(value=status_html(model, now))
@@ -92,6 +94,11 @@ class WidgetView(View):
         self._next_charts = now
         self._charts_drawn = 0
         self._log_drawn = 0
+
+    @classmethod
+    def for_launch(cls, model: RunModel, background: bool = False) -> WidgetView:
+        # A background run's output has no cell to go to: its last lines go under the table.
+        return cls(model, log_lines=BACKGROUND_LOG_LINES if background else 0)
 
     def show(self) -> None:
         if not in_kernel():  # no frontend to show widgets to
