@@ -67,14 +67,12 @@ class Launcher(ABC):
         ships_by_value: whether the function and its arguments travel pickled (so they are
             checked for picklability first) rather than inherited.
         pickle_advice: why they must pickle and what to do when they do not.
-        multi_node: whether a launch of several nodes can use it.
     """
 
     start_method: str
     selectable: bool = True
     ships_by_value: bool = False
     pickle_advice: str = ""
-    multi_node: bool = True
 
     def __init__(self) -> None:
         self.context = tmp.get_context(self.start_method)

@@ -36,7 +36,6 @@ class XlaLauncher(Launcher):
         "something picklable instead (a path, a config, plain tensors) and create the object "
         "inside the function; start_method does not change this on XLA."
     )
-    multi_node = False
 
     def __init__(self) -> None:
         self.context = tmp.get_context("fork")  # the helper is forked; xmp forks the replicas
