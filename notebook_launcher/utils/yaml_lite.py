@@ -56,7 +56,7 @@ def _scalar(value: Any) -> str:
             text = text.replace("e", ".0e", 1)
         return text
     if isinstance(value, str):
-        plain = _PLAIN.match(value) and value.lower() not in _RESERVED
+        plain = _PLAIN.fullmatch(value) and value.lower() not in _RESERVED
         return value if plain else _quote(value)
     raise TypeError(f"cannot write a {type(value).__name__} ({value!r}) as a YAML scalar")
 

@@ -6,6 +6,7 @@ import importlib.util
 import inspect
 import os
 
+import accelerate
 import pytest
 import torch
 
@@ -14,8 +15,6 @@ from notebook_launcher.kwargs import GradScalerKwargs, ProfileKwargs
 from notebook_launcher.optimizer import AcceleratedOptimizer
 from notebook_launcher.scheduler import AcceleratedScheduler
 from notebook_launcher.trackers import GeneralTracker
-
-accelerate = pytest.importorskip("accelerate")
 
 
 def _params(fn):

@@ -39,7 +39,8 @@ def test_round_trip(tmp_path, name):
 
 
 def test_yaml_is_standard_yaml(tmp_path):
-    yaml = pytest.importorskip("yaml")
+    import yaml
+
     path = write_basic_config("fp16", str(tmp_path / "c.yaml"))
     assert yaml.safe_load(path.read_text()) == {**EXPECTED_CPU_CONFIG, "mixed_precision": "fp16"}
 
@@ -131,8 +132,9 @@ def test_yaml_scalars_round_trip():
 
 
 def test_yaml_strings_agree_with_pyyaml():
-    yaml = pytest.importorskip("yaml")
-    hypothesis = pytest.importorskip("hypothesis")
+    import hypothesis
+    import yaml
+
     st = hypothesis.strategies
     scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
 
