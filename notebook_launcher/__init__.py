@@ -78,6 +78,7 @@ from .state import (
 )
 from .trackers import GeneralTracker
 from .tracking import Progress, log, progress, set_status
+from .utils import cuda_fork as _cuda_fork
 from .utils.config import load_config, write_basic_config
 from .utils.dataclasses import GradientAccumulationPlugin, KwargsHandler
 from .utils.environment import (
@@ -177,3 +178,7 @@ __all__ = [
     "wait_for_everyone",
     "write_basic_config",
 ]
+
+# From here on, the first call that initialises CUDA through torch is remembered, so that a launch
+# refused because of it can name the cell and line (nothing is initialised by this).
+_cuda_fork.install_culprit_recorder()
