@@ -76,6 +76,7 @@ from .state import (
     PrecisionType,
     RNGType,
 )
+from .utils import cuda_fork as _cuda_fork
 from .utils.dataclasses import GradientAccumulationPlugin, KwargsHandler
 from .utils.environment import (
     is_bf16_available,
@@ -190,3 +191,7 @@ __all__ = [
     "wait_for_everyone",
     "write_basic_config",
 ]
+
+# From here on, the first call that initialises CUDA through torch is remembered, so that a launch
+# refused because of it can name the cell and line (nothing is initialised by this).
+_cuda_fork.install_culprit_recorder()

@@ -30,8 +30,8 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import torch_xla" 2>/
         exit 1
     fi
 fi
-"$VENV/bin/python" -m pip install -q -e . --no-deps
-"$VENV/bin/python" -m pip install -q cloudpickle psutil pytest packaging
+# The package with its declared dependencies, torch held at the version torch_xla was built for.
+"$VENV/bin/python" -m pip install -q torch==2.9.0 -e . pytest pytest-timeout
 [ "${XLA_INSTALL_ONLY:-0}" = 1 ] && { echo "== environment ready: $VENV"; exit 0; }
 
 "$VENV/bin/python" - <<'INFO'

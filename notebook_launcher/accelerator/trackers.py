@@ -172,15 +172,15 @@ def resolve_trackers(log_with: Any, logging_dir: str | None) -> list[str | Gener
                     f"instance of a GeneralTracker subclass that wraps {name}"
                 )
             raise invalid("log_with", entry, f"allowed values are {allowed}")
-        if not _available(name):
-            raise ValueError(
-                f"log_with={entry!r} needs the {_PACKAGES[name]} package, which is not "
-                f"installed: pip install {_PACKAGES[name]}"
-            )
         if BUILT_IN[name].requires_logging_directory and logging_dir is None:
             raise ValueError(
                 f"log_with={entry!r} writes files: pass project_dir=... (or a "
                 "ProjectConfiguration with logging_dir) to the Accelerator"
+            )
+        if not _available(name):
+            raise ValueError(
+                f"log_with={entry!r} needs the {_PACKAGES[name]} package, which is not "
+                f"installed: pip install {_PACKAGES[name]}"
             )
         if name not in chosen:
             chosen.append(name)

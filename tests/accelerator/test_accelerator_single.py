@@ -6,6 +6,7 @@ import importlib.util
 import inspect
 import os
 
+import accelerate
 import pytest
 import torch
 
@@ -14,8 +15,6 @@ from notebook_launcher.accelerator.optimizer import AcceleratedOptimizer
 from notebook_launcher.accelerator.scheduler import AcceleratedScheduler
 from notebook_launcher.accelerator.trackers import GeneralTracker
 from notebook_launcher.utils.kwargs import GradScalerKwargs, ProfileKwargs
-
-accelerate = pytest.importorskip("accelerate")
 
 
 def _params(fn):

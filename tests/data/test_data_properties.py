@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
+import hypothesis
 from shard_laws import Varying, check_iterable_laws, check_sampler_laws, interleave
 from torch.utils.data import DataLoader
 
 from notebook_launcher.data import BatchSamplerShard, prepare_data_loader
 
-hypothesis = pytest.importorskip("hypothesis")
 st = hypothesis.strategies
 settings = hypothesis.settings(max_examples=150, deadline=None)
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import inspect
 
+import accelerate.utils as their_utils
 import pytest
 
 from notebook_launcher import ops
-
-their_utils = pytest.importorskip("accelerate.utils")
 
 SHARED = [name for name in ops.__all__ if name != "DistributedOperationException"]
 

@@ -37,7 +37,8 @@ def test_round_trip(tmp_path, name):
 
 
 def test_yaml_is_standard_yaml(tmp_path):
-    yaml = pytest.importorskip("yaml")
+    import yaml
+
     path = write_basic_config("fp16", str(tmp_path / "c.yaml"))
     assert yaml.safe_load(path.read_text()) == {**EXPECTED_CPU_CONFIG, "mixed_precision": "fp16"}
 
@@ -49,7 +50,6 @@ def test_reads_accelerates_json_in_a_yaml_file(tmp_path):
 
 
 def test_reads_yaml_as_accelerate_config_writes_it(tmp_path):
-    pytest.importorskip("yaml")
     path = tmp_path / "c.yaml"
     path.write_text(
         "compute_environment: LOCAL_MACHINE\ndebug: false\ndowncast_bf16: 'no'\n"
@@ -118,7 +118,6 @@ def test_yaml_that_is_not_json_needs_pyyaml(tmp_path, monkeypatch):
 
 
 def test_bad_yaml_names_the_file(tmp_path):
-    pytest.importorskip("yaml")
     path = tmp_path / "bad.yml"
     path.write_text("a: [1, 2\n")
     with pytest.raises(ValueError, match="bad.yml: not valid YAML"):

@@ -130,7 +130,8 @@ def test_arguments_are_checked():
 
 
 def test_split_laws_hold_for_any_length_and_job_size():
-    hypothesis = pytest.importorskip("hypothesis")
+    import hypothesis
+
     st = hypothesis.strategies
 
     @hypothesis.given(st.lists(st.integers(), max_size=40), st.integers(1, 9))
