@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass
 
 from ..protocol.names import SHARED_MEMORY_SOURCE, WORKER_FUNCTION
+from ..utils.cells import code_name
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.+)$')
 _THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+")
@@ -45,7 +45,7 @@ class Location:
     in_shared_memory: bool = False  # in a shared-memory collective (ops, DDP's gradients)
 
     def describe(self) -> str:
-        where = f"{self.function} ({_display_file(self.file)}:{self.line})"
+        where = f"{self.function} ({code_name(self.file)}:{self.line})"
         if self.in_rendezvous:
             return f"joining the job (connecting to the rendezvous store), called from {where}"
         if self.in_shared_memory:
@@ -118,11 +118,3 @@ def where_ranks_were(stacks: dict[int, str]) -> str:
         names = ", ".join(str(r) for r in elsewhere)
         text += f" The waiting ranks were most likely held up by rank {names}."
     return text
-
-
-def _display_file(path: str) -> str:
-    """A notebook cell's code file as IPython names it ("Cell In[3]"), else the path."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    number = getattr(getattr(shell, "compile", None), "_filename_map", {}).get(path)
-    return f"Cell In[{number}]" if number is not None else path
