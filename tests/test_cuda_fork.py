@@ -182,3 +182,74 @@ def test_mapped_libraries_reads_a_maps_file(tmp_path):
     assert cuda_fork.loaded_driver(libraries) == libraries[0]
     assert cuda_fork.likely_sources(libraries) == ("CuPy",)
     assert cuda_fork.mapped_libraries(str(tmp_path / "missing")) == []
+
+
+def test_preflight_offers_spawn_and_auto_switches(driver_double):
+    """The kernel holds a CUDA context made outside torch (the driver TEST DOUBLE, cuInit called)."""
+    library, _ = driver_double
+    found = _run(
+        f"""
+        import ctypes, json, threading
+        from notebook_launcher import notebook_launcher, PreflightError
+
+        def square(x):
+            return x * x
+
+        ctypes.CDLL({str(library)!r}).cuInit(0)
+        errors = {{}}
+        for name, args in (("picklable", (3,)), ("lock", (threading.Lock(),))):
+            try:
+                notebook_launcher(square, args=args, num_processes=2, ui="none")
+            except PreflightError as exc:
+                errors[name] = str(exc)
+        auto = notebook_launcher(square, args=(3,), num_processes=2, ui="none", start_method="auto")
+        spawn = notebook_launcher(square, args=(4,), num_processes=2, ui="none", start_method="spawn")
+        print(json.dumps(dict(errors=errors, auto=auto.values, spawn=spawn.values)))
+        """
+    )
+    picklable, lock = found["errors"]["picklable"], found["errors"]["lock"]
+    assert "outside torch" in picklable and "initialization error" in picklable
+    assert "start_method='spawn'" in picklable and "start_method='auto'" in picklable
+    assert "args[0] (lock) cannot be pickled" in lock
+    assert found["auto"] == [9, 9] and found["spawn"] == [16, 16]
+
+
+def test_auto_switch_is_announced_in_one_line(driver_double):
+    library, _ = driver_double
+    code = f"""
+import ctypes
+from notebook_launcher import notebook_launcher
+
+def one():
+    return 1
+
+ctypes.CDLL({str(library)!r}).cuInit(0)
+print(notebook_launcher(one, num_processes=1, ui="none", start_method="auto").values)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    notices = [line for line in done.stderr.splitlines() if "spawn instead of fork" in line]
+    assert notices == [
+        "notebook_launcher: CUDA has already been initialised in this kernel, outside torch "
+        "(the driver says so). Starting the workers by spawn instead of fork."
+    ]
+    assert done.stdout.strip().endswith("[1]")
+
+
+def _worker_cuda_facts():
+    import torch
+
+    bad_fork = torch.cuda._is_in_bad_fork()
+    value = torch.ones(1, device="cuda").sum().item()
+    return bad_fork, value
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(cuda_device_count() == 0, reason="needs a CUDA GPU")
+def test_forked_workers_are_not_in_a_bad_fork():
+    from notebook_launcher import notebook_launcher
+
+    result = notebook_launcher(
+        _worker_cuda_facts, num_processes=min(2, cuda_device_count()), ui="none"
+    )
+    assert all(bad is False and value == 1.0 for bad, value in result.values)

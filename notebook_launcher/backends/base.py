@@ -24,6 +24,7 @@ class Finding:
     what: str
     why: str
     fix: str
+    spawn_avoids: bool = False  # workers started by spawn (fresh interpreters) are not affected
 
     def __str__(self) -> str:
         return f"{self.what}\nWhy it matters: {self.why}\nHow to fix it: {self.fix}"

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-
 import torch
 
+from ..utils import cuda_fork
 from ..utils.enums import DistributedType
-from ..utils.environment import cuda_device_count, cuda_initialized
+from ..utils.environment import cuda_device_count
 from .base import Backend, Finding
 
 
@@ -28,20 +27,19 @@ class CudaBackend(Backend):
         return cuda_device_count()
 
     def kernel_hazard(self, start_method: str) -> Finding | None:
-        """CUDA initialised in the kernel breaks every forked worker, whatever it runs on."""
-        if start_method != "fork" or "torch" not in sys.modules or not cuda_initialized():
+        """CUDA initialised in the kernel, by torch or by any other library (the driver says so),
+        breaks every forked worker, whatever it runs on."""
+        if start_method != "fork":
             return None
+        state = cuda_fork.probe()
+        if not state.initialized:
+            return None
+        what, why = cuda_fork.fork_finding_text(state)
         return Finding(
-            what="CUDA has already been initialised in this kernel.",
-            why=(
-                "forked workers cannot use CUDA once the parent has ('Cannot re-initialize CUDA "
-                "in forked subprocess'). Something in an earlier cell touched the GPU: a .cuda() "
-                "or .to('cuda') call, torch.cuda.* queries, or an import that does so."
-            ),
-            fix=(
-                "restart the kernel and keep every GPU use inside the launched function, or pass "
-                "start_method='spawn' (the function and its arguments are then sent by value)."
-            ),
+            what=what,
+            why=why,
+            fix="restart the kernel and keep every GPU use inside the launched function.",
+            spawn_avoids=True,
         )
 
     def device_for(self, local_rank: int) -> torch.device:

@@ -76,8 +76,10 @@ def notebook_launcher(
         monitor_interval: longest pause, in seconds, between the supervisor's checks.
         log_line_prefix_template: prefix of each output line; may use ``{rank}``,
             ``{local_rank}``, ``{node_rank}``. Default ``"[rank{rank}] "``.
-        start_method: "fork" (default; inherits everything) or "spawn" (fresh interpreters;
-            function and arguments sent by value with cloudpickle).
+        start_method: "fork" (default; inherits everything), "spawn" (fresh interpreters;
+            function and arguments sent by value with cloudpickle) or "auto" (fork, or spawn
+            with a one-line notice when the kernel has initialised CUDA and the function and
+            its arguments can travel by value).
         timeout: stop everything after this many seconds (None: no limit).
         stall_timeout: stop everything once a rank has shown no sign of life (no output, no
             events, no CPU use) for this many seconds; every rank's Python stack is shown first.

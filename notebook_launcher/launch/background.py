@@ -192,7 +192,7 @@ def start_in_background(
     The preflight checks run here, so a launch they refuse raises now, not later in the thread.
     ``show=False`` leaves placing the view's widget to the caller (the config panel).
     """
-    run_preflight(function, args, plan)
+    plan = run_preflight(function, args, plan)
     view = create_view(
         plan.ui,
         plan.num_processes,

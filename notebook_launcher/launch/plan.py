@@ -40,6 +40,9 @@ class LaunchPlan:
     rdzv_conf: tuple[tuple[str, object], ...] = ()  # sorted items of rdzv_conf
     rdzv_timeout: float = DEFAULT_RDZV_TIMEOUT
     ui: str = "auto"  # the live view: "auto", "widgets", "console" or "none"
+    # start_method="auto": fork, switched to spawn where the kernel's state would break forked
+    # workers (CUDA initialised) and the function and its arguments can travel by value.
+    auto_start_method: bool = False
 
     @property
     def world_size(self) -> int:

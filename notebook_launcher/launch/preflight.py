@@ -6,7 +6,9 @@ fix it; :func:`run_preflight` raises on the first finding.
 
 from __future__ import annotations
 
+import logging
 import sys
+from dataclasses import replace
 from typing import Any
 
 from ..backends import Finding, all_backends
@@ -14,6 +16,8 @@ from ..utils.validation import short_repr
 from .errors import PreflightError
 from .launchers import LAUNCHERS
 from .plan import LaunchPlan
+
+logger = logging.getLogger(__name__)
 
 
 def check_function(function: Any) -> None:
@@ -84,14 +88,20 @@ def _children(value: Any, name: str):
     return []
 
 
-def check_picklable(function: Any, args: tuple, advice: str) -> None:
-    """Where everything travels by value (spawn, xla): name the argument that cannot, and add
-    ``advice`` (why it must pickle, what to do)."""
+def unpicklable_part(function: Any, args: tuple) -> str | None:
+    """What of the function and its arguments cannot travel by value, or None."""
     problem = find_unpicklable(function, "function")
     for index, arg in enumerate(args):
         if problem is not None:
             break
         problem = find_unpicklable(arg, f"args[{index}]")
+    return problem
+
+
+def check_picklable(function: Any, args: tuple, advice: str) -> None:
+    """Where everything travels by value (spawn, xla): name the argument that cannot, and add
+    ``advice`` (why it must pickle, what to do)."""
+    problem = unpicklable_part(function, args)
     if problem is not None:
         raise TypeError(f"{problem}. {advice}")
 
@@ -104,10 +114,46 @@ def kernel_findings(plan: LaunchPlan) -> list[Finding]:
     return [finding for finding in found if finding is not None]
 
 
-def run_preflight(function: Any, args: tuple, plan: LaunchPlan) -> None:
+def run_preflight(function: Any, args: tuple, plan: LaunchPlan) -> LaunchPlan:
+    """Check the kernel and what travels to the workers; return the plan to run.
+
+    With ``start_method="auto"``, a kernel state that only breaks forked workers switches the
+    plan to spawn (saying so in one line) when the function and its arguments can travel by value.
+
+    Raises:
+        PreflightError: the kernel is in a state that would break the workers.
+        TypeError: something that must travel by value cannot be pickled (named).
+    """
     findings = kernel_findings(plan)
     if findings:
-        raise PreflightError(str(findings[0]))
+        finding = findings[0]
+        if not finding.spawn_avoids or plan.start_method == "spawn":
+            raise PreflightError(str(finding))
+        problem = unpicklable_part(function, args)
+        if problem is None and plan.auto_start_method:
+            reason = finding.what.splitlines()[0].split(". ")[0].rstrip(".") + "."
+            _notice(f"notebook_launcher: {reason} Starting the workers by spawn instead of fork.")
+            return run_preflight(function, args, replace(plan, start_method="spawn"))
+        raise PreflightError(f"{finding}\nOr: {_spawn_way_out(problem)}")
     launcher = LAUNCHERS[plan.start_method]
     if launcher.ships_by_value:
         check_picklable(function, args, launcher.pickle_advice)
+    return plan
+
+
+def _spawn_way_out(problem: str | None) -> str:
+    if problem is None:
+        return (
+            "pass start_method='spawn': this function and its arguments can travel by value, so "
+            "fresh worker processes can run it. start_method='auto' makes that switch by itself "
+            "whenever the kernel has initialised CUDA."
+        )
+    return (
+        "start_method='spawn' would start fresh worker processes, but the function and its "
+        f"arguments must then travel by value, and {problem}."
+    )
+
+
+def _notice(text: str) -> None:
+    logger.info(text)
+    print(text, file=sys.stderr, flush=True)

@@ -38,7 +38,7 @@ def launch(
     ``listeners`` get every event; setting ``stop`` tears the run down (LaunchStoppedError);
     ``streams`` replace the kernel's stdout and stderr for worker lines.
     """
-    run_preflight(function, args, plan)
+    plan = run_preflight(function, args, plan)
     launcher = LAUNCHERS[plan.start_method]()
     launcher.prepare()
     payload = launcher.payload(function, args)

@@ -11,7 +11,7 @@ from ..ui import check_ui
 from ..utils.enums import MIXED_PRECISION_CHOICES
 from ..utils.environment import available_cpu_count
 from ..utils.validation import invalid
-from .launchers import LAUNCHERS, START_METHODS
+from .launchers import AUTO_START_METHOD, LAUNCHERS, START_METHODS
 from .plan import (
     DEFAULT_MULTINODE_PREFIX_TEMPLATE,
     DEFAULT_PREFIX_TEMPLATE,
@@ -161,7 +161,8 @@ def plan_launch(
             use_port if where == "use_port" else rdzv_endpoint,
             "a multi-node launch needs the fixed port every node was told (1 to 65535), not 0",
         )
-    method = backend.start_method(_choice("start_method", start_method, START_METHODS))
+    requested = _choice("start_method", start_method, (*START_METHODS, AUTO_START_METHOD))
+    method = backend.start_method("fork" if requested == AUTO_START_METHOD else requested)
     if mixed_precision not in backend.precisions and set(backend.precisions) < set(
         MIXED_PRECISION_CHOICES
     ):
@@ -195,4 +196,5 @@ def plan_launch(
         rdzv_conf=conf,
         rdzv_timeout=node_wait(conf, rdzv, wait),
         ui=ui,
+        auto_start_method=requested == AUTO_START_METHOD,
     )

@@ -49,13 +49,6 @@ def cuda_device_count() -> int:
         return torch.cuda.device_count()
 
 
-def cuda_initialized() -> bool:
-    """Whether this process already holds a CUDA context (checked without creating one)."""
-    import torch
-
-    return bool(torch.cuda.is_initialized())
-
-
 _TRUE = ("1", "true", "t", "yes", "y", "on")
 _FALSE = ("0", "false", "f", "no", "n", "off", "")
 

@@ -15,8 +15,11 @@ LAUNCHERS: dict[str, type[Launcher]] = {
 }
 # What ``start_method=`` accepts; the device may replace it (see ``Backend.start_methods``).
 START_METHODS = tuple(name for name, cls in LAUNCHERS.items() if cls.selectable)
+# Fork, or spawn where the kernel's state would break forked workers (see the preflight checks).
+AUTO_START_METHOD = "auto"
 
 __all__ = [
+    "AUTO_START_METHOD",
     "LAUNCHERS",
     "START_METHODS",
     "ForkLauncher",
