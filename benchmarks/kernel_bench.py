@@ -19,6 +19,7 @@ and launches N=2 either at once (same cell) or after ``--settle`` seconds.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.manager import KernelManager
 
@@ -39,7 +41,7 @@ IMPORTS = {
     "accelerate": "import torch, accelerate",
     "bare": "import torch, torch.multiprocessing",
 }
-CELL_TIMEOUT = 60.0
+CELL_TIMEOUT = 30.0
 
 
 class _ThisPython(KernelSpecManager):
@@ -84,8 +86,16 @@ class Kernel:
                 return "".join(out)
 
     def close(self) -> None:
+        """Shut the kernel down with every process it started (a hung launch leaves workers)."""
+        try:
+            children = psutil.Process(self.km.provisioner.process.pid).children(recursive=True)
+        except psutil.Error:
+            children = []
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
 
 
 def free_port() -> int:
@@ -107,19 +117,29 @@ def seconds(printed: str) -> float:
     return float(printed.rsplit("SECONDS", 1)[1].split()[0])
 
 
-def warm(sizes: list[int], repeats: int) -> dict:
-    kernels = {name: Kernel() for name in LAUNCHERS}
+def ready_kernel(name: str, sizes: list[int]) -> Kernel:
+    """A kernel that imported ``name``'s launcher and launched every N once (untimed)."""
+    kernel = Kernel()
+    kernel.run(IMPORTS[name])
+    for n in sizes:
+        kernel.run(launch_cell(name, n))
+    return kernel
+
+
+def warm(sizes: list[int], repeats: int, hung: dict) -> dict:
+    kernels = {name: ready_kernel(name, sizes) for name in LAUNCHERS}
     samples = {(name, n): [] for name in LAUNCHERS for n in sizes}
     try:
-        for name, kernel in kernels.items():
-            kernel.run(IMPORTS[name])
-            for n in sizes:
-                kernel.run(launch_cell(name, n))  # untimed: imports, caches
         order = list(LAUNCHERS)
         for round_ in range(repeats):
             rotated = order[round_ % len(order) :] + order[: round_ % len(order)]
             for n, name in itertools.product(sizes, rotated):
-                samples[name, n].append(seconds(kernels[name].run(launch_cell(name, n))))
+                try:
+                    samples[name, n].append(seconds(kernels[name].run(launch_cell(name, n))))
+                except TimeoutError:  # a hung launch: counted, its kernel replaced
+                    hung[name] = hung.get(name, 0) + 1
+                    kernels[name].close()
+                    kernels[name] = ready_kernel(name, sizes)
     finally:
         for kernel in kernels.values():
             kernel.close()
@@ -184,7 +204,10 @@ def main() -> None:
     sizes = [int(s) for s in options.sizes.split(",")]
     if options.repeats < 1 or options.first < 1 or any(n < 1 for n in sizes):
         parser.error("--repeats, --first and every size must be at least 1")
-    warm_samples = warm(sizes, options.repeats)
+    hung: dict[str, int] = {}
+    warm_samples = warm(sizes, options.repeats, hung)
+    if hung:
+        print(f"launches that hung (killed after {CELL_TIMEOUT:g} s, not in the medians): {hung}")
     first_samples = first(options.first, options.settle)
     summary = report(warm_samples, first_samples, sizes, options.settle)
     if options.json:
