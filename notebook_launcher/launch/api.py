@@ -230,6 +230,8 @@ def launch(
                 )
             except AttemptFailed as failed:
                 if restart < plan.max_restarts:
+                    if getattr(failed.error, "stacks", None):  # a stall: its report is not raised
+                        sink.notice(f"notebook_launcher: {failed.error}")
                     sink.notice(
                         f"notebook_launcher: {failed.summary}; restarting all {plan.world_size} "
                         f"processes (restart {restart + 1} of {plan.max_restarts})"

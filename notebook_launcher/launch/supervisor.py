@@ -31,7 +31,7 @@ from .errors import (
 )
 from .output import OutputSink
 from .processes import kill_tree
-from .stacks import trim_kernel_frames, where_ranks_were
+from .stacks import holding_up, trim_kernel_frames, where_ranks_were
 from .worker import STACK_DUMP_SIGNAL
 
 READ_CHUNK = 1 << 16
@@ -73,6 +73,8 @@ class Supervisor:
         self.stop = stop
         self.watch = watch
         self.stop_reason = "interrupted"  # why teardown stops ranks that still run
+        self.stop_requested = True  # ... whether the user asked for it (not an error)
+        self.blamed: tuple[int, ...] = ()  # ... and the ranks held responsible
         self._next_tick = clock()
         self.sink = sink
         self.stall_timeout = stall_timeout
@@ -107,7 +109,7 @@ class Supervisor:
                 raise self._stopped()
             stop_for = self.watch() if self.watch is not None else None
             if stop_for is not None:
-                self.stop_reason = "another node failed"
+                self.stop_reason, self.stop_requested = "another node failed", False
                 self.teardown()
                 raise stop_for
             if now >= self._next_tick:
@@ -217,7 +219,10 @@ class Supervisor:
         for handle in others:
             kill_tree(handle.pid)
             handle.status = "stopped"
-            self._publish(WorkerStopped(handle.rank, f"rank {primary.rank} failed"))
+            stopped = WorkerStopped(
+                handle.rank, f"rank {primary.rank} failed", blamed=(primary.rank,)
+            )
+            self._publish(stopped)
         self._await_exits([primary], EXIT_GRACE)
         self.teardown()
         failure = self._describe(primary)
@@ -279,8 +284,9 @@ class Supervisor:
             f"stopped. {where_ranks_were(stacks)} Pass a larger stall_timeout, or None, if a "
             "rank legitimately waits that long."
         )
-        self._show_stacks(message, stacks)
-        self.stop_reason = "stall_timeout expired"
+        # Shown once, by the error (or by the restart notice when a restart follows).
+        self.stop_reason, self.stop_requested = "stall_timeout expired", False
+        self.blamed = holding_up(stacks) or ranks
         self.teardown()
         return WorkerStalledError(message, stacks, ranks)
 
@@ -289,8 +295,8 @@ class Supervisor:
         message = (
             f"the launch exceeded its timeout; all ranks were stopped. {where_ranks_were(stacks)}"
         )
-        self._show_stacks(message, stacks)
-        self.stop_reason = "timeout expired"
+        self.stop_reason, self.stop_requested = "timeout expired", False
+        self.blamed = holding_up(stacks)
         self.teardown()
         return LaunchTimeoutError(message, stacks)
 
@@ -321,14 +327,6 @@ class Supervisor:
             handle.capture = None
         return stacks
 
-    def _show_stacks(self, reason: str, stacks: dict[int, str]) -> None:
-        """Show why the launch stopped and every rank's stack in the cell, grouped by rank."""
-        self.sink.notice(f"notebook_launcher: {reason}")
-        for rank, stack in sorted(stacks.items()):
-            self.sink.notice(f"Python stack of rank {rank}:")
-            for line in stack.splitlines() or ["(no stack received)"]:
-                self.sink.notice(self.sink.prefix(rank) + line)
-
     def teardown(self) -> None:
         """Kill every worker still running, read what they left in the pipes, release everything.
 
@@ -338,7 +336,10 @@ class Supervisor:
             kill_tree(handle.pid)
             if not handle.exited and handle.status in ("starting", "running"):
                 handle.status = "stopped"
-                self._publish(WorkerStopped(handle.rank, self.stop_reason))
+                stopped = WorkerStopped(
+                    handle.rank, self.stop_reason, self.stop_requested, self.blamed
+                )
+                self._publish(stopped)
         self._await_exits([h for h in self.handles if not h.exited], DRAIN_LIMIT)
         end = self.clock() + DRAIN_LIMIT
         while any(c for c in self._by_conn if c is not self._by_conn[c].events):

@@ -1,8 +1,9 @@
 """Live views of a launch: a pure model of its events, and views that draw it.
 
-``ui="widgets"`` shows a status table and metric charts in the notebook, ``"console"`` prints
-plain-text status to stderr, ``"none"`` only keeps the model; ``"auto"`` picks widgets inside a
-Jupyter kernel and the console elsewhere. Nothing here imports ipywidgets until widgets are used.
+``ui="widgets"`` shows a status table and metric charts in the notebook (a static copy of the
+final state stays in the cell), ``"console"`` prints plain-text status, ``"none"`` only keeps the
+model; ``"auto"`` picks widgets inside a Jupyter kernel and the console elsewhere. Nothing here
+imports ipywidgets until widgets are used.
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ def create_view(
         output: the launch's output policy; hidden ranks' lines are not shown in the table.
         first_rank: the global rank of this node's first process.
         background: the run is supervised from a background thread: widgets then also keep the
-            last worker lines under the table (a background run's output has no cell to go to).
+            last worker lines under the table (a background run's output has no cell to go to),
+            and the final panel takes the widgets' place in the cell when the run ends.
         show: display the widgets in the current cell now.
     """
     kind = resolve_ui(ui)
@@ -93,7 +95,8 @@ def create_view(
     if kind == "widgets":
         from .widgets import WidgetView
 
-        view: View = WidgetView(model, log_lines=BACKGROUND_LOG_LINES if background else 0)
+        lines = BACKGROUND_LOG_LINES if background else 0
+        view: View = WidgetView(model, log_lines=lines, in_place=background)
         if show:
             view.show()
         return view
