@@ -38,7 +38,7 @@ class RunPanel:
         if self.model.quiet and self.model.outcome != "running":
             body = compact_html(self.model, now)
         else:
-            body = status_html(self.model, now) + metrics_html(self.model)
+            body = status_html(self.model, now) + metrics_html(self.model, static=True)
         if self.log:
             body += log_html(self.log)
         return f'<div class="nl-panel">{body}</div>'

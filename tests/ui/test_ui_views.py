@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import html
 import io
 import re
@@ -244,8 +245,14 @@ def test_run_panel_is_static_html_with_a_short_deterministic_text(clock):
         "metrics: loss"
     )
     page = bundle["text/html"]
-    assert "<table" in page and "<svg" in page
-    assert "<script" not in page and "widget" not in page  # plain HTML: any viewer shows it
+    assert "<table" in page and "<script" not in page and "widget" not in page
+    # Each chart a standalone SVG image, as an <img> and as the background of its box, so that
+    # viewers that strip inline SVG and data: images, or styles, still show it.
+    (uri,) = set(re.findall(r'src="(data:image/svg\+xml;base64,[^"]+)"', page))
+    assert f"background-image:url('{uri}')" in page
+    chart = base64.b64decode(uri.split(",", 1)[1]).decode()
+    assert chart.startswith('<svg xmlns="http://www.w3.org/2000/svg"') and "<polyline" in chart
+    assert "var(--" not in chart  # an image of its own: no page styles reach it
     assert repr(panel) == "RunPanel(2 ranks: 1 finished, 1 failed; metrics: loss)"
     assert status_text(model, clock.now).startswith("notebook_launcher: 2 ranks")
     clock.advance(100)  # the text says nothing about time
