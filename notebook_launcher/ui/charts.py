@@ -19,7 +19,7 @@ from .series import MetricSeries
 WIDTH, HEIGHT = 340, 170
 LEFT, RIGHT, TOP, BOTTOM = 48, 8, 20, 18  # margins around the plot area
 MAX_DRAWN = 300  # points drawn per line (the plot is about that many pixels wide)
-STATIC_DRAWN = 150  # ... in a static copy, which is saved with the notebook twice per chart
+STATIC_DRAWN = 100  # ... in a static copy, which is saved with the notebook twice per chart
 INK = "#222"  # text and the mean line of a standalone chart, drawn on white
 MAX_RANK_LINES = 16  # with more ranks only the mean and the min-max band are drawn
 PALETTE = (

@@ -111,14 +111,20 @@ def blamed_ranks(model: RunModel) -> list[RankState]:
 def summary_line(model: RunModel) -> str:
     """One deterministic line about a run (no timings): what nbval compares, what text shows.
 
-    'notebook_launcher: 2 ranks: 1 failed, 1 stopped; rank 1 failed: ValueError: bad lr'.
+    'notebook_launcher: 2 ranks: 2 finished; metrics: loss', 'notebook_launcher: 2 ranks; rank 1
+    failed: ValueError: bad lr' (whether the others were stopped first or failed on losing it
+    varies from run to run, so a failure is told by its cause alone).
     """
     plural = "rank" if model.world_size == 1 else "ranks"
-    line = f"notebook_launcher: {model.world_size} {plural}: {counts_text(model)}"
-    for state in blamed_ranks(model):
-        if state.error:
+    line = f"notebook_launcher: {model.world_size} {plural}"
+    blamed = blamed_ranks(model)
+    causes = [state for state in blamed if state.error]
+    if causes:
+        for state in causes:
             line += f"; rank {state.rank} failed: {clip(state.error, SUMMARY_CHARS)}"
-        else:
+    else:
+        line += f": {counts_text(model)}"
+        for state in blamed:
             line += f"; likely cause: rank {state.rank}"
     names = sorted(model.metrics)
     if names:

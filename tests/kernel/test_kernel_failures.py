@@ -97,7 +97,7 @@ def test_the_failed_runs_final_panel_stays_in_the_cell_before_the_error(kernel):
     assert kinds.index("error") > cell.messages.index(kept[0])
     data = kept[0]["content"]["data"]
     assert data["text/plain"] == (
-        "notebook_launcher: 2 ranks: 1 failed, 1 stopped; rank 1 failed: ValueError: bad batch 17"
+        "notebook_launcher: 2 ranks; rank 1 failed: ValueError: bad batch 17"
     )
     assert 'data-rank="1" data-state="failed"' in data["text/html"]
     assert "rank 1: ValueError: bad batch 17" in data["text/html"]  # the blamed rank, in red

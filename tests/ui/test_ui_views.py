@@ -241,8 +241,7 @@ def test_run_panel_is_static_html_with_a_short_deterministic_text(clock):
     bundle = panel._repr_mimebundle_()
     assert list(bundle) == ["text/html", "text/plain"]
     assert bundle["text/plain"] == (
-        "notebook_launcher: 2 ranks: 1 finished, 1 failed; rank 1 failed: ValueError: x; "
-        "metrics: loss"
+        "notebook_launcher: 2 ranks; rank 1 failed: ValueError: x; metrics: loss"
     )
     page = bundle["text/html"]
     assert "<table" in page and "<script" not in page and "widget" not in page
