@@ -22,7 +22,7 @@ The workers set glibc's mmap and trim thresholds (``mallopt``) so that MB-sized 
 reused by every implementation alike instead of being mapped afresh at random.
 
 A second launch times the same cases with ``ours`` through shared memory, as it runs by default
-when every rank is on this machine (``notebook_launcher.ops.shared_memory``); ``raw`` and
+when every rank is on this machine (``notebook_launcher.backends.shared_memory``); ``raw`` and
 ``accelerate`` stay on gloo there.
 
     python benchmarks/ops_bench.py [--rounds 2000] [--budget 8.0] [--json out.json]
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from notebook_launcher import notebook_launcher
-    from notebook_launcher.ops import shared_memory
+    from notebook_launcher.backends import shared_memory
 
     # First our collectives over gloo, as the others send theirs (the targets, and the
     # wrappers' own cost), then the same calls with ours through shared memory, as they run

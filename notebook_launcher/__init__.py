@@ -1,7 +1,16 @@
 """Launch distributed PyTorch from a notebook cell, with the worker-side API of Accelerate."""
 
-from .accelerator import Accelerator
-from .accelerator_config import DataLoaderConfiguration, ProjectConfiguration
+import logging as _logging
+
+from .accelerator import (
+    AcceleratedOptimizer,
+    AcceleratedScheduler,
+    Accelerator,
+    DataLoaderConfiguration,
+    GeneralTracker,
+    ProjectConfiguration,
+)
+from .backends.config import load_config, write_basic_config
 from .data import (
     BatchSamplerShard,
     DataLoaderDispatcher,
@@ -13,18 +22,10 @@ from .data import (
     prepare_data_loader,
     skip_first_batches,
 )
-from .kwargs import (
-    AutocastKwargs,
-    DDPCommunicationHookType,
-    DistributedDataParallelKwargs,
-    FP8RecipeKwargs,
-    GradScalerKwargs,
-    InitProcessGroupKwargs,
-    ProfileKwargs,
-)
 from .launch import (
     LaunchError,
     LaunchHandle,
+    LaunchPlan,
     LaunchResult,
     LaunchStoppedError,
     LaunchTimeoutError,
@@ -37,6 +38,7 @@ from .launch import (
     debug_launcher,
     launch_in_background,
     notebook_launcher,
+    plan_launch,
 )
 from .ops import (
     DistributedOperationException,
@@ -64,9 +66,7 @@ from .ops import (
     synchronize_rng_states,
     wait_for_everyone,
 )
-from .optimizer import AcceleratedOptimizer
 from .panel import LaunchPanel
-from .scheduler import AcceleratedScheduler
 from .state import (
     AcceleratorState,
     DistributedType,
@@ -76,9 +76,7 @@ from .state import (
     PrecisionType,
     RNGType,
 )
-from .trackers import GeneralTracker
-from .tracking import Progress, log, progress, set_status
-from .utils.config import load_config, write_basic_config
+from .utils import cuda_fork as _cuda_fork
 from .utils.dataclasses import GradientAccumulationPlugin, KwargsHandler
 from .utils.environment import (
     is_bf16_available,
@@ -87,10 +85,24 @@ from .utils.environment import (
     is_torch_xla_available,
     is_tpu_available,
 )
+from .utils.kwargs import (
+    AutocastKwargs,
+    DDPCommunicationHookType,
+    DistributedDataParallelKwargs,
+    FP8RecipeKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    ProfileKwargs,
+)
 from .utils.memory import get_max_memory
 from .utils.versions import is_torch_version
+from .worker.live import Progress, log, progress, set_status
 
 __version__ = "0.1.0"
+
+# The package logs restarts, port fallbacks and teardowns to the "notebook_launcher" logger;
+# silent unless the application configures logging (logging.basicConfig(level=logging.INFO)).
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 __all__ = [
     "AcceleratedOptimizer",
@@ -117,6 +129,7 @@ __all__ = [
     "LaunchError",
     "LaunchHandle",
     "LaunchPanel",
+    "LaunchPlan",
     "LaunchResult",
     "LaunchStoppedError",
     "LaunchTimeoutError",
@@ -163,6 +176,7 @@ __all__ = [
     "notebook_launcher",
     "offload_state_dict",
     "pad_across_processes",
+    "plan_launch",
     "prepare_data_loader",
     "progress",
     "recursively_apply",
@@ -177,3 +191,7 @@ __all__ = [
     "wait_for_everyone",
     "write_basic_config",
 ]
+
+# From here on, the first call that initialises CUDA through torch is remembered, so that a launch
+# refused because of it can name the cell and line (nothing is initialised by this).
+_cuda_fork.install_culprit_recorder()

@@ -1,7 +1,8 @@
 """The config panel: pick the launch settings, see the plan, start and stop runs with buttons.
 
-It sits above the launcher: it calls :func:`notebook_launcher.launch_in_background`'s machinery
-and the launcher never imports it. The Launch button returns at once (the run is supervised from a
+It sits above the launcher: it plans with :func:`notebook_launcher.plan_launch` and runs the plan
+in the background as :func:`notebook_launcher.launch_in_background` does; the launcher never
+imports it. The Launch button returns at once (the run is supervised from a
 background thread, as button clicks are not handled while a cell runs), so Stop works during a run.
 """
 
@@ -13,30 +14,20 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from .launch import background
-from .launch.api import _RUNNER, notebook_launcher
-from .launch.plan import MIXED_PRECISION_CHOICES, OUTPUT_CHOICES, START_METHODS, LaunchPlan
+from .backends import backend_for, launch_backend
+from .launch.background import LaunchHandle, start_in_background
+from .launch.launchers import START_METHODS
+from .launch.plan import OUTPUT_CHOICES, LaunchPlan
 from .launch.preflight import check_args, check_function
+from .launch.settings import plan_launch
 from .ui.widgets import widget_bundle
-from .utils.environment import available_cpu_count, cuda_device_count
+from .utils.enums import MIXED_PRECISION_CHOICES
+from .utils.environment import in_kernel
 
 
 def machine_processes() -> int:
-    """The most processes this machine runs well: one per GPU, else one per usable core."""
-    return cuda_device_count() or available_cpu_count()
-
-
-def resolve_plan(function: Callable[..., Any], args: tuple, **settings: Any) -> LaunchPlan:
-    """The plan :func:`notebook_launcher` would run with these settings, without running it.
-
-    Raises:
-        TypeError, ValueError: as :func:`notebook_launcher`.
-    """
-    token = _RUNNER.set(lambda function, args, plan, ui: plan)
-    try:
-        return notebook_launcher(function, args, **settings)
-    finally:
-        _RUNNER.reset(token)
+    """The most processes this machine runs well: one per device (GPU, TPU core, usable core)."""
+    return launch_backend().device_count()
 
 
 def port_state(host: str, port: int) -> str:
@@ -53,8 +44,6 @@ def port_state(host: str, port: int) -> str:
 
 def plan_html(plan: LaunchPlan) -> str:
     """The resolved plan as a small HTML table."""
-    from .backends import backend_for
-
     backend = backend_for(plan.device).process_group_backend
     devices = f"{plan.device} × {plan.num_processes}"
     rows = [
@@ -126,12 +115,10 @@ class LaunchPanel:
         if "ui" in options:
             raise TypeError("ui= is not valid here: the panel always shows widgets")
         self.options = options
-        self.handle: background.LaunchHandle | None = None
+        self.handle: LaunchHandle | None = None
         self.display_id: str | None = None  # of the output under the panel that keeps a run
         # Every setting is checked once now, so a bad one is reported where it was written.
-        resolve_plan(
-            function,
-            self.args,
+        plan_launch(
             num_processes=num_processes,
             mixed_precision=mixed_precision,
             start_method=start_method,
@@ -208,7 +195,7 @@ class LaunchPanel:
 
     def _refresh_plan(self) -> None:
         try:
-            plan = resolve_plan(self.function, self.args, **self.settings())
+            plan = plan_launch(**self.settings())
         except (TypeError, ValueError) as exc:
             self.plan.value = f'<span style="color:#d62728">{html.escape(str(exc))}</span>'
             return
@@ -220,7 +207,7 @@ class LaunchPanel:
     def running(self) -> bool:
         return self.handle is not None and not self.handle.done
 
-    def launch(self) -> background.LaunchHandle | None:
+    def launch(self) -> LaunchHandle | None:
         """Start a run with the current settings (what the Launch button does).
 
         Returns:
@@ -229,9 +216,8 @@ class LaunchPanel:
         if self.running:
             return self.handle
         try:
-            handle = background.start(
-                self.function, self.args, options={**self.settings(), "ui": "widgets"}, show=False
-            )
+            plan = plan_launch(**self.settings(), ui="widgets")
+            handle = start_in_background(self.function, self.args, plan, show=False)
         except Exception as exc:  # shown in the panel: a button has nowhere else to raise to
             self.message.value = _error_html(exc)
             return None
@@ -252,7 +238,7 @@ class LaunchPanel:
         self.message.value = "stopping…"
         return self.handle.stop(timeout)
 
-    def _ended(self, handle: background.LaunchHandle) -> None:
+    def _ended(self, handle: LaunchHandle) -> None:
         if handle.status == "finished":
             self.message.value = f"finished in {handle.result.duration:.1f} s"
         elif handle.status == "stopped":  # the user's own stop: not an error
@@ -262,7 +248,7 @@ class LaunchPanel:
             )
         else:
             self.message.value = _error_html(handle.exception)
-        if self._keep(handle.view.panel._repr_mimebundle_()):
+        if self._keep(handle.view.final_panel()._repr_mimebundle_()):
             self.runs.children = ()
             handle.view.close()
         self.launch_button.disabled = False
@@ -270,8 +256,6 @@ class LaunchPanel:
 
     def _keep(self, bundle: dict[str, Any]) -> bool:
         """Show ``bundle`` in the output under the panel; False where the panel is not shown."""
-        from .ui import in_kernel
-
         if self.display_id is None or not in_kernel():
             return False
         from IPython.display import update_display

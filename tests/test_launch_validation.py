@@ -11,10 +11,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from notebook_launcher import PartialState, PreflightError
+from notebook_launcher import PartialState, PreflightError, plan_launch
 from notebook_launcher import notebook_launcher as launch
-from notebook_launcher.launch.plan import make_plan
-from notebook_launcher.launch.preflight import cuda_initialized_in_kernel
+from notebook_launcher.backends import CudaBackend
 from notebook_launcher.utils.environment import cuda_device_count
 
 HAS_GPU = cuda_device_count() > 0
@@ -149,11 +148,12 @@ def test_cuda_initialised_check_refuses_fork(monkeypatch):
 def test_cuda_initialised_check_allows_spawn(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     common = dict(num_processes=2, stall_timeout=None)  # the other settings: the defaults
-    fork_plan = make_plan(start_method="fork", **common)
-    spawn_plan = make_plan(start_method="spawn", **common)
+    fork_plan = plan_launch(start_method="fork", **common)
+    spawn_plan = plan_launch(start_method="spawn", **common)
 
-    assert cuda_initialized_in_kernel(fork_plan) is not None
-    assert cuda_initialized_in_kernel(spawn_plan) is None
+    cuda = CudaBackend()  # its check applies to every launch, whatever the device
+    assert cuda.kernel_hazard(fork_plan.start_method) is not None
+    assert cuda.kernel_hazard(spawn_plan.start_method) is None
 
 
 CUDA_IN_KERNEL = textwrap.dedent(
@@ -187,3 +187,21 @@ def test_cuda_initialised_in_kernel_is_refused_on_a_gpu(tmp_path):
     assert "PREFLIGHT" in done.stdout, done.stdout + done.stderr
     assert "CUDA has already been initialised" in done.stdout
     assert "start_method='spawn'" in done.stdout
+
+
+def test_plan_launch_takes_the_launchers_settings_and_starts_nothing():
+    import inspect
+
+    settings = {
+        name: param.default
+        for name, param in inspect.signature(launch).parameters.items()
+        if name not in ("function", "args")
+    }
+    planned = inspect.signature(plan_launch).parameters
+    assert {name: planned[name].default for name in settings} == settings
+    assert set(planned) - set(settings) == {"backend"}
+    plan = plan_launch(num_processes=2, mixed_precision="bf16", ui="none", stall_timeout=None)
+    assert (plan.world_size, plan.device, plan.start_method) == (2, "cpu", "fork")
+    assert (plan.mixed_precision, plan.ui, plan.stall_timeout) == ("bf16", "none", None)
+    with pytest.raises(ValueError, match="ui='web' is not valid"):
+        plan_launch(num_processes=2, ui="web")

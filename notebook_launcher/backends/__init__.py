@@ -1,25 +1,29 @@
-"""One class per device kind, chosen once per process."""
+"""One class per device kind, chosen once per process: the one seam between the package and a device.
+
+Adding a device is one module with a :class:`Backend` subclass and one line in :data:`BACKENDS`.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 
-from ..state.enums import DistributedType
+from ..protocol.context import current_context
+from ..utils.enums import DistributedType
 from ..utils.validation import check_bool
-from .base import Backend
+from .base import Backend, Finding
 from .cpu import CpuBackend
 from .cuda import CudaBackend
 from .mps import MpsBackend
 from .xla import XlaBackend
 
+# Every device kind, by name.
 BACKENDS: dict[str, type[Backend]] = {
     "cpu": CpuBackend,
     "cuda": CudaBackend,
     "mps": MpsBackend,
     "xla": XlaBackend,
 }
-# Picked automatically in this order; XLA only by name until the TPU launcher exists.
-_PREFERENCE: tuple[type[Backend], ...] = (CudaBackend, MpsBackend)
 _chosen: dict[bool, Backend] = {}
 
 
@@ -33,9 +37,20 @@ def backend_for(device: str) -> Backend:
         )
 
 
-def _in_multiprocess_job() -> bool:
-    import sys
+def all_backends() -> list[Backend]:
+    """One object of every backend, the most preferred first (the CPU, always there, last)."""
+    return [cls() for cls in sorted(BACKENDS.values(), key=lambda cls: -cls.preference)]
 
+
+def launch_backend() -> Backend:
+    """The device a launch from this kernel runs on: the first available launchable one.
+
+    Asked in the kernel, so nothing here initialises a device runtime.
+    """
+    return next(b for b in all_backends() if b.launchable and b.is_available())
+
+
+def _in_multiprocess_job() -> bool:
     if "WORLD_SIZE" in os.environ and "RANK" in os.environ:  # torchrun and friends
         return True
     dist = sys.modules.get("torch.distributed")
@@ -55,8 +70,6 @@ def detect_backend(cpu: bool = False) -> Backend:
     check_bool("cpu", cpu)
     if cpu in _chosen:
         return _chosen[cpu]
-    from ..launch.context import current_context
-
     context = current_context()
     if cpu:
         chosen: Backend = CpuBackend()
@@ -64,15 +77,12 @@ def detect_backend(cpu: bool = False) -> Backend:
         chosen = backend_for(context.device)
     else:
         multiprocess = _in_multiprocess_job()
-        candidates = (cls() for cls in _PREFERENCE)
         chosen = next(
-            (
-                b
-                for b in candidates
-                if b.is_available()
-                and not (multiprocess and b.distributed_type is DistributedType.NO)
-            ),
-            CpuBackend(),
+            b
+            for b in all_backends()
+            if b.auto_detect
+            and b.is_available()
+            and not (multiprocess and b.distributed_type is DistributedType.NO)
         )
     _chosen[cpu] = chosen
     return chosen
@@ -88,9 +98,12 @@ __all__ = [
     "Backend",
     "CpuBackend",
     "CudaBackend",
+    "Finding",
     "MpsBackend",
     "XlaBackend",
+    "all_backends",
     "backend_for",
     "detect_backend",
+    "launch_backend",
     "reset_backend_choice",
 ]

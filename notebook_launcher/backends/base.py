@@ -1,35 +1,69 @@
-"""The interface every device backend implements."""
+"""The interface every device backend implements: the one place that knows a kind of device.
+
+The kernel asks a backend about the machine without touching the device (is it there, how many,
+would forking now be safe, which start methods and precisions it takes); a worker asks it for
+its device, its process-group backend, its collectives and its DDP hook.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from ..state.enums import DistributedType
+from ..utils.enums import MIXED_PRECISION_CHOICES, DistributedType
+from .comm import Communicator
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A problem found in the kernel before anything starts: what, why it matters, how to fix it."""
+
+    what: str
+    why: str
+    fix: str
+    spawn_avoids: bool = False  # workers started by spawn (fresh interpreters) are not affected
+
+    def __str__(self) -> str:
+        return f"{self.what}\nWhy it matters: {self.why}\nHow to fix it: {self.fix}"
 
 
 class Backend(ABC):
-    """A device kind: how to find it, which process-group backend it uses, how to pick a device.
+    """A device kind: how to find it, how to launch on it, and what a worker uses on it.
 
     Attributes:
         name: the device kind ("cpu", "cuda", "mps", "xla").
+        label: the devices in words, for messages ("CUDA GPUs").
         process_group_backend: the ``torch.distributed`` backend a job on it uses by default.
         process_group_backends: every ``torch.distributed`` backend accepted for it.
         distributed_type: the :class:`DistributedType` of a multi-process job on this device
             (``NO`` where jobs of several processes are not supported).
-        default_start_method: how the launcher should start workers for this device.
+        start_methods: the only start methods that work for this device, the default first
+            (empty: every start method the launcher offers, "fork" by default).
+        precisions: the ``mixed_precision`` values a launch on it accepts.
         accelerator: False for the CPU, True for devices other than the host.
         creates_process_group: whether a job creates a ``torch.distributed`` process group.
+        preference: the higher, the earlier it is picked among the available devices.
+        launchable: whether the kernel launches on it when it is the first available device.
+        auto_detect: whether a process that was not launched picks it when it is available.
     """
 
     name: str
+    label: str
     process_group_backend: str
     process_group_backends: tuple[str, ...]
     distributed_type: DistributedType
-    default_start_method: str = "fork"
+    start_methods: tuple[str, ...] = ()
+    precisions: tuple[str, ...] = MIXED_PRECISION_CHOICES
     accelerator: bool = True
     creates_process_group: bool = True  # False where collectives bypass torch.distributed
+    preference: int = 0
+    launchable: bool = True
+    auto_detect: bool = True
+
+    # -- asked in the kernel, never initialising the device -----------------------------------
 
     @abstractmethod
     def is_available(self) -> bool:
@@ -38,6 +72,23 @@ class Backend(ABC):
     @abstractmethod
     def device_count(self) -> int:
         """How many devices of this kind this process can see, without initialising them."""
+
+    @property
+    def default_start_method(self) -> str:
+        return self.start_methods[0] if self.start_methods else "fork"
+
+    def start_method(self, requested: str) -> str:
+        """The start method a launch asking for ``requested`` uses on this device."""
+        if not self.start_methods or requested in self.start_methods:
+            return requested
+        return self.default_start_method
+
+    def kernel_hazard(self, start_method: str) -> Finding | None:
+        """What, in the kernel's current state, would break workers started with
+        ``start_method`` (a device runtime the kernel already initialised), or None."""
+        return None
+
+    # -- used in a worker --------------------------------------------------------------------
 
     @abstractmethod
     def device_for(self, local_rank: int) -> torch.device:
@@ -51,6 +102,20 @@ class Backend(ABC):
         import torch.distributed as dist
 
         dist.barrier()
+
+    def communicator(self, state: Any) -> Communicator:
+        """The primitive collectives of the job ``state`` (a ``PartialState``) belongs to."""
+        return Communicator(state)
+
+    def memory_allocated(self, local_rank: int) -> int | None:
+        """Bytes of device memory this process holds, for the live panels; None where unknown or
+        where asking would initialise the device."""
+        return None
+
+    def register_ddp_hook(self, model: Any, state: Any) -> bool:
+        """Give a ``DistributedDataParallel`` model this device's own gradient communication,
+        where it has one; collective. Whether a hook was registered."""
+        return False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

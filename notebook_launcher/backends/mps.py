@@ -6,19 +6,22 @@ import os
 
 import torch
 
-from ..state.enums import DistributedType
+from ..utils.enums import DistributedType
 from ..utils.environment import is_mps_available
 from .base import Backend
 
 
 class MpsBackend(Backend):
-    """Apple silicon's GPU through Metal, for a single process."""
+    """Apple silicon's GPU through Metal, for a single process (never launched on)."""
 
     name = "mps"
+    label = "Apple GPUs (MPS)"
     process_group_backend = "gloo"
     process_group_backends = ("gloo",)
     distributed_type = DistributedType.NO  # torch has no collectives on MPS tensors
-    default_start_method = "spawn"  # fork is unsafe with macOS system frameworks
+    preference = 10
+    start_methods = ("spawn",)  # fork is unsafe with macOS system frameworks
+    launchable = False
 
     def is_available(self) -> bool:
         return is_mps_available()

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from ..ops import broadcast, broadcast_object_list
+from ..state.partial import PartialState
 from ._batches import describe, materialize, tensors_of
 
 
@@ -20,8 +21,6 @@ def is_distributed() -> bool:
 
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         return True
-    from ..state.partial import PartialState
-
     return PartialState._shared_state.get("num_processes", 1) > 1
 
 

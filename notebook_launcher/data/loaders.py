@@ -10,8 +10,8 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader
 
 from ..ops import synchronize_rng_states
-from ..state.enums import RNGType
 from ..state.gradient import GradientState
+from ..utils.enums import RNGType
 from ..utils.validation import check_bool, check_int, invalid
 from ._batches import send_to_device
 from ._comm import broadcast_object, is_distributed

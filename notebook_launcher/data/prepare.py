@@ -9,7 +9,8 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
-from ..state.enums import RNGType
+from ..state import PartialState
+from ..utils.enums import DistributedType, RNGType
 from ..utils.validation import (
     check_bool,
     check_int,
@@ -38,8 +39,6 @@ def _processes(num_processes: Any, process_index: Any) -> tuple[int, int]:
     if process_index is not None:
         check_int("process_index", process_index, 0)
     if num_processes is None or process_index is None:
-        from ..state import PartialState
-
         state = PartialState()
         num_processes = state.num_processes if num_processes is None else num_processes
         process_index = state.process_index if process_index is None else process_index
@@ -217,8 +216,6 @@ def prepare_data_loader(
     if dispatch_batches:
         _check_dispatch(put_on_device, n, p)
     if put_on_device and device is None:
-        from ..state import PartialState
-
         device = PartialState().device
     if split_batches:
         _check_split(dataloader, n)
@@ -285,9 +282,6 @@ def prepare_data_loader(
 
 def _on_xla(device: torch.device | None) -> bool:
     """Whether this process is a replica of an XLA job (asked only with ``put_on_device``)."""
-    from ..state import PartialState
-    from ..state.enums import DistributedType
-
     if device is not None and device.type != "xla" and not PartialState._shared_state:
         return False  # no state was created and the device is not an XLA one
     return PartialState().distributed_type is DistributedType.XLA
@@ -299,8 +293,6 @@ def _check_dispatch(put_on_device: bool, n: int, p: int) -> None:
             "dispatch_batches=True needs put_on_device=True: process 0 broadcasts the batches "
             "from the device"
         )
-    from ..state import PartialState
-
     state = PartialState()
     if (n, p) != (state.num_processes, state.process_index):
         raise ValueError(

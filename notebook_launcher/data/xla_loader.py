@@ -39,7 +39,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..utils.tree import map_structure
+from ..utils.validation import invalid
 from ._batches import TensorSpec, describe, tensors_of
+from .loaders import check_device
 
 _END = object()
 
@@ -176,9 +178,6 @@ def load_through_mp_device_loader(loader: DataLoader, device: Any) -> DataLoader
     Raises:
         TypeError: ``loader`` is not a DataLoader, or ``device`` not a device.
     """
-    from ..utils.validation import invalid
-    from .loaders import check_device
-
     if not isinstance(loader, DataLoader):
         raise invalid("loader", loader, "expected a torch DataLoader", TypeError)
     target = check_device("device", device)

@@ -1,6 +1,6 @@
 """Everything that runs in the kernel to start and watch worker processes."""
 
-from .api import debug_launcher, launch, notebook_launcher
+from .api import debug_launcher, notebook_launcher
 from .background import LaunchHandle, launch_in_background
 from .errors import (
     LaunchError,
@@ -13,11 +13,14 @@ from .errors import (
     WorkersFailedError,
     WorkerStalledError,
 )
+from .plan import LaunchPlan
 from .result import LaunchResult
+from .settings import plan_launch
 
 __all__ = [
     "LaunchError",
     "LaunchHandle",
+    "LaunchPlan",
     "LaunchResult",
     "LaunchStoppedError",
     "LaunchTimeoutError",
@@ -28,7 +31,7 @@ __all__ = [
     "WorkerStalledError",
     "WorkersFailedError",
     "debug_launcher",
-    "launch",
     "launch_in_background",
     "notebook_launcher",
+    "plan_launch",
 ]

@@ -1,44 +1,18 @@
-"""The entry points: validate -> plan -> preflight -> launcher -> supervise -> result."""
+"""The blocking entry points: validate and plan (:func:`plan_launch`), then run the plan in this
+thread (:mod:`.runner`: preflight -> launcher -> supervise -> result) with its view."""
 
 from __future__ import annotations
 
-import os
-import pickle
-import threading
-import time
 from collections.abc import Callable
-from contextvars import ContextVar
 from typing import Any
 
-from ..ui import check_ui
-from ..utils.environment import cuda_device_count
-from .base import Launcher, WorkerHandle
-from .context import WorkerContext
-from .errors import AttemptFailed
-from .fork import ForkLauncher
-from .output import OutputSink
-from .plan import DEFAULT_RDZV_TIMEOUT, DEFAULT_STALL_TIMEOUT, LaunchPlan, make_plan
-from .preflight import check_args, check_function, run_preflight
-from .rendezvous import open_rendezvous
+from ..backends import CpuBackend
+from ..ui import RunPanel, create_view
+from .plan import DEFAULT_RDZV_TIMEOUT, DEFAULT_STALL_TIMEOUT, LaunchPlan
+from .preflight import check_args, check_function
 from .result import LaunchResult
-from .signals import interrupts_deferred
-from .spawn import SpawnLauncher
-from .supervisor import Supervisor
-from .worker import WorkerSpec
-from .xla import XlaLauncher
-from .xla_env import detect_xla
-
-# How notebook_launcher runs a validated launch: None runs it here and now (blocking); a launch
-# in the background sets a runner that starts a supervising thread instead.
-_RUNNER: ContextVar[Callable[..., Any] | None] = ContextVar(
-    "notebook_launcher_runner", default=None
-)
-
-LAUNCHERS: dict[str, type[Launcher]] = {
-    "fork": ForkLauncher,
-    "spawn": SpawnLauncher,
-    "xla": XlaLauncher,
-}
+from .runner import launch
+from .settings import plan_launch
 
 
 def notebook_launcher(
@@ -102,8 +76,10 @@ def notebook_launcher(
         monitor_interval: longest pause, in seconds, between the supervisor's checks.
         log_line_prefix_template: prefix of each output line; may use ``{rank}``,
             ``{local_rank}``, ``{node_rank}``. Default ``"[rank{rank}] "``.
-        start_method: "fork" (default; inherits everything) or "spawn" (fresh interpreters;
-            function and arguments sent by value with cloudpickle).
+        start_method: "fork" (default; inherits everything), "spawn" (fresh interpreters;
+            function and arguments sent by value with cloudpickle) or "auto" (fork, or spawn
+            with a one-line notice when the kernel has initialised CUDA and the function and
+            its arguments can travel by value).
         timeout: stop everything after this many seconds (None: no limit).
         stall_timeout: stop everything once a rank has shown no sign of life (no output, no
             events, no CPU use) for this many seconds; every rank's Python stack is shown first.
@@ -151,10 +127,7 @@ def notebook_launcher(
     """
     check_function(function)
     call_args = check_args(args)
-    check_ui(ui)
-    xla = detect_xla()  # a TPU host: replicas through xmp.spawn, one per core by default
-    gpus = xla.replicas if xla.usable else cuda_device_count()
-    plan = make_plan(
+    plan = plan_launch(
         num_processes=num_processes,
         mixed_precision=mixed_precision,
         use_port=use_port,
@@ -172,12 +145,11 @@ def notebook_launcher(
         stall_timeout=stall_timeout,
         threads_per_process=threads_per_process,
         output=output,
-        device="xla" if xla.usable else "cuda" if gpus else "cpu",
-        gpu_count=gpus,
         rdzv_conf=rdzv_conf,
         rdzv_timeout=rdzv_timeout,
+        ui=ui,
     )
-    return _run_with_ui(function, call_args, plan, ui)
+    return run_with_view(function, call_args, plan)
 
 
 def debug_launcher(function: Callable[..., Any], args: tuple = (), num_processes: int = 2):
@@ -191,145 +163,17 @@ def debug_launcher(function: Callable[..., Any], args: tuple = (), num_processes
     """
     check_function(function)
     call_args = check_args(args)
-    plan = make_plan(num_processes=num_processes, device="cpu", gpu_count=0)
+    plan = plan_launch(num_processes=num_processes, backend=CpuBackend())
     return launch(function, call_args, plan)
 
 
-def launch(
-    function: Callable[..., Any],
-    args: tuple,
-    plan: LaunchPlan,
-    listeners: tuple[Callable[[object], None], ...] = (),
-    stop: threading.Event | None = None,
-    streams: tuple[Any, Any] | None = None,
-) -> LaunchResult:
-    """Run a validated plan: preflight, start, supervise, restart on failure, collect results.
-
-    ``listeners`` get every event; setting ``stop`` tears the run down (LaunchStoppedError);
-    ``streams`` replace the kernel's stdout and stderr for worker lines.
-    """
-    run_preflight(function, args, plan)
-    launcher = LAUNCHERS[plan.start_method]()
-    launcher.prepare()
-    payload = launcher.payload(function, args)
-    stdout, stderr = streams or (None, None)
-    sink = OutputSink(
-        plan.output,
-        lambda rank: plan.prefix(rank, rank % plan.num_processes),
-        stdout=stdout,
-        stderr=stderr,
-    )
-    started = time.monotonic()
-    deadline = None if plan.timeout is None else started + plan.timeout
-    rendezvous = open_rendezvous(plan, sink.notice)  # shared by the nodes of a multi-node launch
-    try:
-        for restart in range(plan.max_restarts + 1):
-            try:
-                payloads = _attempt(
-                    plan, rendezvous, launcher, payload, restart, deadline, sink, listeners, stop
-                )
-            except AttemptFailed as failed:
-                if restart < plan.max_restarts:
-                    if getattr(failed.error, "stacks", None):  # a stall: its report is not raised
-                        sink.notice(f"notebook_launcher: {failed.error}")
-                    sink.notice(
-                        f"notebook_launcher: {failed.summary}; restarting all {plan.world_size} "
-                        f"processes (restart {restart + 1} of {plan.max_restarts})"
-                    )
-                    continue
-                raise failed.error from failed.error.__cause__
-            values = [pickle.loads(p) for p in payloads]
-            return LaunchResult(values, restarts=restart, duration=time.monotonic() - started)
-    finally:
-        with interrupts_deferred():
-            rendezvous.close()
-    raise AssertionError("unreachable")
-
-
-def _attempt(
-    plan: LaunchPlan,
-    rendezvous: Any,
-    launcher: Launcher,
-    payload: Any,
-    restart: int,
-    deadline: float | None,
-    sink: OutputSink,
-    listeners: tuple[Callable[[object], None], ...],
-    stop: threading.Event | None = None,
-) -> list[bytes]:
-    # Joins the other nodes of a multi-node launch first; tells them if this attempt fails.
-    with rendezvous.attempt(restart) as attempt:
-        plan = attempt.plan  # a c10d rendezvous assigns this node's rank
-        handles: list[WorkerHandle] = []
-        supervisor = None
-        interrupted = False
-        try:
-            for local_rank in range(plan.num_processes):
-                spec = _spec(plan, local_rank, attempt.port, restart)
-                with interrupts_deferred():  # a started worker is always recorded, so torn down
-                    handles.append(launcher.start(spec, payload, time.monotonic()))
-            attempt.workers_started()
-            supervisor = Supervisor(
-                handles,
-                sink,
-                plan.stall_timeout,
-                plan.monitor_interval,
-                listeners,
-                stop=stop,
-                watch=attempt.watch,
-            )
-            payloads = supervisor.run(deadline)
-        except KeyboardInterrupt:
-            interrupted = True
-        finally:
-            with interrupts_deferred():
-                # Whatever happened, nothing of this attempt survives it.
-                if supervisor is None:
-                    supervisor = Supervisor(handles, sink, plan.stall_timeout, 0.1, listeners)
-                supervisor.teardown()
-        if interrupted:
-            # A fresh exception, without the supervisor's frame the signal happened to hit:
-            # that frame says nothing to the user, and on Python 3.11 it can sit at a bytecode
-            # without a line number, which IPython then fails to format.
-            raise KeyboardInterrupt("the kernel was interrupted; every worker has been stopped")
-        attempt.finish(deadline)  # multi-node: the other nodes' ranks have returned too
-        return payloads
-
-
-def _run_with_ui(function: Callable[..., Any], args: tuple, plan: LaunchPlan, ui: str) -> Any:
-    """Run the launch with its view (status table, charts or console status) attached."""
-    runner = _RUNNER.get()
-    if runner is not None:
-        return runner(function, args, plan, ui)
-    from ..ui import create_view
-
-    view = create_view(ui, plan.num_processes, plan.output, first_rank=plan.global_rank(0))
+def run_with_view(function: Callable[..., Any], args: tuple, plan: LaunchPlan) -> LaunchResult:
+    """Run a validated plan in this thread with its view (status table, charts or console
+    status) attached, as :func:`notebook_launcher` does."""
+    view = create_view(plan.ui, plan.num_processes, plan.output, first_rank=plan.global_rank(0))
     try:
         result = launch(function, args, plan, listeners=(view,))
     finally:
         view.finish()
-    result.panel = view.panel
+    result.panel = RunPanel(view.model)
     return result
-
-
-def _spec(plan: LaunchPlan, local_rank: int, port: int, restart: int) -> WorkerSpec:
-    context = WorkerContext(
-        rank=plan.global_rank(local_rank),
-        local_rank=local_rank,
-        world_size=plan.world_size,
-        local_world_size=plan.num_processes,
-        node_rank=plan.node_rank,
-        num_nodes=plan.num_nodes,
-        master_addr=plan.master_addr,
-        master_port=port,
-        device=plan.device,
-        mixed_precision=plan.mixed_precision,
-        restart_count=restart,
-    )
-    return WorkerSpec(
-        context=context,
-        parent_pid=os.getpid(),
-        threads=plan.threads_per_process,
-        rdzv_id=plan.rdzv_id,
-        max_restarts=plan.max_restarts,
-    )

@@ -14,10 +14,13 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .api import _RUNNER, launch, notebook_launcher
+from ..ui import RunPanel, create_view
+from .errors import LaunchStoppedError
 from .plan import LaunchPlan
-from .preflight import run_preflight
+from .preflight import check_args, check_function, run_preflight
 from .result import LaunchResult
+from .runner import launch
+from .settings import plan_launch
 
 EXIT_STOP_WAIT = 5.0  # seconds an exiting interpreter waits for each run it stops
 _running: weakref.WeakSet[LaunchHandle] = weakref.WeakSet()
@@ -70,14 +73,12 @@ class LaunchHandle:
             return "running"
         if self._exception is None:
             return "finished"
-        from .errors import LaunchStoppedError
-
         return "stopped" if isinstance(self._exception, LaunchStoppedError) else "failed"
 
     @property
-    def panel(self):
+    def panel(self) -> RunPanel:
         """The run's status table and charts as a displayable RunPanel (live while it runs)."""
-        return self.view.panel
+        return RunPanel(self.model)
 
     # -- control ----------------------------------------------------------------------------------
 
@@ -153,7 +154,7 @@ class LaunchHandle:
                 stop=self._stop,
                 streams=self.view.streams,
             )
-            result.panel = self.view.panel
+            result.panel = RunPanel(self.model)
             self._result = result
         except BaseException as exc:  # kept for wait() and .exception
             self._exception = exc
@@ -183,38 +184,26 @@ def _check_timeout(timeout: object) -> None:
         raise ValueError(f"timeout={timeout!r} is not valid: expected seconds >= 0 or None")
 
 
-def start(
-    function: Callable[..., Any],
-    args: tuple = (),
-    options: dict[str, Any] | None = None,
-    *,
-    show: bool = True,
+def start_in_background(
+    function: Callable[..., Any], args: tuple, plan: LaunchPlan, *, show: bool = True
 ) -> LaunchHandle:
-    """Validate like :func:`notebook_launcher` (``options`` are its keywords), then run in the
-    background. ``show=False`` leaves placing the view's widget to the caller (the config panel).
+    """Run a validated plan (see :func:`plan_launch`) from a background thread; return its handle.
+
+    The preflight checks run here, so a launch they refuse raises now, not later in the thread.
+    ``show=False`` leaves placing the view's widget to the caller (the config panel).
     """
-
-    def runner(function: Callable[..., Any], args: tuple, plan: LaunchPlan, ui: str):
-        from ..ui import create_view
-
-        run_preflight(function, args, plan)  # refused here, not later in the thread
-        view = create_view(
-            ui,
-            plan.num_processes,
-            plan.output,
-            first_rank=plan.global_rank(0),
-            background=True,
-            show=show,
-        )
-        handle = LaunchHandle(view, plan.num_processes)
-        handle._start(function, args, plan)
-        return handle
-
-    token = _RUNNER.set(runner)
-    try:
-        return notebook_launcher(function, args, **(options or {}))
-    finally:
-        _RUNNER.reset(token)
+    plan = run_preflight(function, args, plan)
+    view = create_view(
+        plan.ui,
+        plan.num_processes,
+        plan.output,
+        first_rank=plan.global_rank(0),
+        background=True,
+        show=show,
+    )
+    handle = LaunchHandle(view, plan.num_processes)
+    handle._start(function, args, plan)
+    return handle
 
 
 def launch_in_background(
@@ -240,7 +229,10 @@ def launch_in_background(
         >>> handle = launch_in_background(train, args=(3e-4,), num_processes=2)
         >>> handle.stop()  # or handle.wait() for the LaunchResult
     """
-    return start(function, args, {"num_processes": num_processes, **options})
+    check_function(function)
+    call_args = check_args(args)
+    plan = plan_launch(num_processes=num_processes, **options)
+    return start_in_background(function, call_args, plan)
 
 
 @atexit.register

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import pickle
 import re
-import signal
 import sys
 import sysconfig
 import traceback
-from dataclasses import dataclass, field
+
+from ..protocol.failure import WorkerFailure
+from ..utils.cells import code_name
 
 
 class LaunchError(RuntimeError):
@@ -37,71 +37,6 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return "\n" + self.text.rstrip()
-
-
-def exit_description(exitcode: int | None) -> str:
-    """'exit code 3', 'signal SIGKILL' or 'no exit code' for a process exit status."""
-    if exitcode is None:
-        return "no exit code (still running when stopped)"
-    if exitcode < 0:
-        try:
-            return f"signal {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"signal {-exitcode}"
-    return f"exit code {exitcode}"
-
-
-@dataclass(frozen=True)
-class WorkerFailure:
-    """Everything known about the rank whose failure ended a launch."""
-
-    rank: int
-    local_rank: int
-    pid: int | None
-    exitcode: int | None
-    exc_type: str | None  # qualified name of the original exception, None if the process died
-    message: str
-    traceback: str
-    last_lines: tuple[str, ...] = ()
-    payload: bytes | None = field(default=None, repr=False)
-    node_rank: int | None = None  # set in multi-node launches
-
-    @property
-    def exit(self) -> str:
-        return exit_description(self.exitcode)
-
-    def headline(self) -> str:
-        node = "" if self.node_rank is None else f"node {self.node_rank}, "
-        where = f"rank {self.rank} ({node}local rank {self.local_rank}, pid {self.pid})"
-        if self.exc_type is None:
-            return f"{where} died with {self.exit}: {self.message}"
-        short = self.exc_type.rsplit(".", 1)[-1]
-        return f"{where} failed with {self.exit}: {short}: {self.message}"
-
-    def report(
-        self, stopped: tuple[int, ...], include_traceback: bool = True, include_lines: bool = True
-    ) -> str:
-        lines = [self.headline()]
-        if stopped:
-            ranks = ", ".join(str(r) for r in stopped)
-            lines.append(f"Stopped because of this failure: rank {ranks}.")
-        if include_traceback and self.traceback:
-            title = "Traceback" if self.exc_type is not None else "Crash report"
-            lines += ["", f"{title} of rank {self.rank}:", self.traceback.rstrip()]
-        if include_lines and self.last_lines:
-            lines += ["", f"Last lines printed by rank {self.rank}:"]
-            lines += [f"  {line}" for line in self.last_lines]
-        return "\n".join(lines)
-
-    def original_exception(self) -> BaseException | None:
-        """The worker's exception, rebuilt in the kernel, or None if it did not survive pickling."""
-        if self.payload is None:
-            return None
-        try:
-            exc = pickle.loads(self.payload)
-        except Exception:
-            return None
-        return exc if isinstance(exc, BaseException) else None
 
 
 class WorkersFailedError(LaunchError):
@@ -214,18 +149,6 @@ class AttemptFailed(Exception):
         self.summary = summary
 
 
-SECONDARY_MARKS = ("connection closed by peer", "connection reset", "broken pipe")
-
-
-def looks_secondary(exc_type: str, message: str) -> bool:
-    """Whether an exception looks like the consequence of a peer going away (a collective whose
-    other side died) rather than a failure of its own."""
-    if "DistBackendError" in exc_type or "DistNetworkError" in exc_type:
-        return True
-    text = message.lower()
-    return any(mark in text for mark in SECONDARY_MARKS)
-
-
 def failure_to_raise(failure: WorkerFailure, stopped: tuple[int, ...]) -> BaseException:
     """The exception the kernel raises for a failed launch.
 
@@ -323,10 +246,8 @@ def _coloured() -> bool:
 
 def _cell_name(path: str) -> str | None:
     """ "Cell In[3]" for the code file of a notebook cell, else None."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    number = getattr(getattr(shell, "compile", None), "_filename_map", {}).get(path)
-    return f"Cell In[{number}]" if number is not None else None
+    name = code_name(path)
+    return name if name != path else None
 
 
 def _name_cells(text: str) -> str:

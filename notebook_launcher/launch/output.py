@@ -6,39 +6,10 @@ import sys
 from collections import deque
 from collections.abc import Callable
 
-from ..events import OutputLine
+from ..protocol.events import OutputLine
 
-MAX_LINE_BYTES = 64 * 1024  # a line longer than this is shown in pieces rather than held forever
 FATAL_MARK = "Fatal Python error:"  # how faulthandler starts its report of a crash
 FATAL_LINES = 400  # lines of a crash report kept (faulthandler prints at most 100 frames a thread)
-
-
-class LineSplitter:
-    """Turns the byte chunks of one stream of one rank into complete lines."""
-
-    def __init__(self, rank: int, stream: str) -> None:
-        self.rank = rank
-        self.stream = stream
-        self._pending = b""
-
-    def feed(self, chunk: bytes) -> list[OutputLine]:
-        data = self._pending + chunk
-        *lines, self._pending = data.split(b"\n")
-        while len(self._pending) > MAX_LINE_BYTES:
-            lines.append(self._pending[:MAX_LINE_BYTES])
-            self._pending = self._pending[MAX_LINE_BYTES:]
-        return [self._line(raw) for raw in lines]
-
-    def close(self) -> list[OutputLine]:
-        """The unterminated last line, if any (a rank that died mid-line)."""
-        rest, self._pending = self._pending, b""
-        return [self._line(rest)] if rest else []
-
-    def _line(self, raw: bytes) -> OutputLine:
-        text = raw.decode("utf-8", errors="replace").rstrip("\r")
-        # A carriage return redraws the line in a terminal (progress bars): keep what it would show.
-        text = text.rsplit("\r", 1)[-1]
-        return OutputLine(self.rank, self.stream, text)
 
 
 class OutputSink:

@@ -1,15 +1,10 @@
-"""LaunchPlan: every decision about a launch, validated once, frozen, passed explicitly."""
+"""LaunchPlan: every decision about a launch, validated once (see :mod:`.settings`), frozen,
+passed explicitly."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from ..utils.environment import available_cpu_count
-from .rdzv_options import check_rdzv_conf, format_endpoint, node_wait, parse_endpoint
-
-MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16", "fp8")
-START_METHODS = ("fork", "spawn")
 RDZV_BACKENDS = ("static", "c10d")
 OUTPUT_CHOICES = ("all", "main", "none")
 DEFAULT_PREFIX_TEMPLATE = "[rank{rank}] "
@@ -21,7 +16,7 @@ LOOPBACK = "127.0.0.1"
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """What a launch will do. Built by :func:`make_plan`; never mutated."""
+    """What a launch will do. Built by :func:`plan_launch`; never mutated."""
 
     num_processes: int  # processes on this node
     num_nodes: int
@@ -44,6 +39,10 @@ class LaunchPlan:
     rdzv_endpoint: str = ""  # "host:port" of the c10d rendezvous; "" for static
     rdzv_conf: tuple[tuple[str, object], ...] = ()  # sorted items of rdzv_conf
     rdzv_timeout: float = DEFAULT_RDZV_TIMEOUT
+    ui: str = "auto"  # the live view: "auto", "widgets", "console" or "none"
+    # start_method="auto": fork, switched to spawn where the kernel's state would break forked
+    # workers (CUDA initialised) and the function and its arguments can travel by value.
+    auto_start_method: bool = False
 
     @property
     def world_size(self) -> int:
@@ -67,176 +66,3 @@ class LaunchPlan:
             node_rank=rank // self.num_processes,
             role_name="default",
         )
-
-
-def _bad(name: str, value: object, allowed: str, error: type[Exception] = ValueError) -> Exception:
-    return error(f"{name}={value!r} is not valid: {allowed}.")
-
-
-def _int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _bad(name, value, f"expected an int >= {minimum}")
-    if value < minimum:
-        raise _bad(name, value, f"expected an int >= {minimum}")
-    return value
-
-
-def _seconds(name: str, value: object, allow_none: bool = True) -> float | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _bad(
-            name, value, "expected a number of seconds > 0" + (" or None" if allow_none else "")
-        )
-    if not math.isfinite(value) or value <= 0:
-        raise _bad(
-            name, value, "expected a number of seconds > 0" + (" or None" if allow_none else "")
-        )
-    return float(value)
-
-
-def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise _bad(name, value, "allowed values are " + ", ".join(repr(c) for c in choices))
-    return value  # type: ignore[return-value]
-
-
-def _port(value: object) -> int:
-    try:
-        port = int(value)  # Accelerate passes the port as a string
-    except (TypeError, ValueError):
-        raise _bad("use_port", value, "expected a TCP port number between 0 and 65535")
-    if isinstance(value, bool) or not 0 <= port <= 65535:
-        raise _bad("use_port", value, "expected a TCP port number between 0 and 65535")
-    return port
-
-
-def _prefix_template(value: object, multi_node: bool) -> str:
-    if value is None:
-        return DEFAULT_MULTINODE_PREFIX_TEMPLATE if multi_node else DEFAULT_PREFIX_TEMPLATE
-    if not isinstance(value, str):
-        raise _bad(
-            "log_line_prefix_template", value, "expected a str such as '[rank{rank}] ' or None"
-        )
-    try:
-        value.format(rank=0, local_rank=0, node_rank=0, role_name="default")
-    except (KeyError, IndexError, ValueError) as exc:
-        raise _bad(
-            "log_line_prefix_template",
-            value,
-            f"the template may use {{rank}}, {{local_rank}}, {{node_rank}} and {{role_name}} ({exc!r})",
-        )
-    return value
-
-
-def _xla_method(nprocs: int, nnodes: int, replicas: int, precision: object) -> str:
-    """XLA launches: xmp.spawn starts one replica per device, so the count is not ours to pick."""
-    if precision not in ("no", "bf16"):
-        raise _bad("mixed_precision", precision, "XLA devices (TPUs) support 'no' and 'bf16'")
-    if replicas and nprocs != replicas:
-        raise _bad(
-            "num_processes",
-            nprocs,
-            f"on this XLA host xmp.spawn starts one replica per device, {replicas} here; pass "
-            f"num_processes={replicas} or None",
-        )
-    if nnodes != 1:
-        raise _bad("num_nodes", nnodes, "XLA launches run on one host (num_nodes=1)")
-    return "xla"
-
-
-def make_plan(
-    *,
-    num_processes: object,
-    mixed_precision: object = "no",
-    use_port: object = "29500",
-    master_addr: object = "127.0.0.1",
-    node_rank: object = 0,
-    num_nodes: object = 1,
-    rdzv_backend: object = "static",
-    rdzv_endpoint: object = "",
-    rdzv_id: object = "none",
-    max_restarts: object = 0,
-    monitor_interval: object = 0.1,
-    log_line_prefix_template: object = None,
-    start_method: object = "fork",
-    timeout: object = None,
-    stall_timeout: object = DEFAULT_STALL_TIMEOUT,
-    threads_per_process: object = None,
-    output: object = "all",
-    device: str = "cpu",
-    gpu_count: int = 0,
-    rdzv_conf: object = None,
-    rdzv_timeout: object = DEFAULT_RDZV_TIMEOUT,
-) -> LaunchPlan:
-    """Validate user input and decide everything a launch needs.
-
-    The defaults are :func:`notebook_launcher`'s, on a machine without GPUs.
-
-    A single-node plan keeps the rendezvous on 127.0.0.1 whatever ``master_addr`` says; the
-    rendezvous settings only matter with ``num_nodes > 1``.
-
-    Raises:
-        ValueError, TypeError: naming the parameter, the value received and what is allowed.
-    """
-    if num_processes is None:
-        if device != "cpu" and gpu_count > 0:  # every GPU, or every XLA device (TPU core)
-            num_processes = gpu_count
-        else:
-            raise _bad(
-                "num_processes",
-                None,
-                f"this machine has no GPU, so say how many CPU processes to start, "
-                f"e.g. num_processes=2 (it has {available_cpu_count()} usable cores)",
-            )
-    nprocs = _int("num_processes", num_processes, 1)
-    nnodes = _int("num_nodes", num_nodes, 1)
-    nrank = _int("node_rank", node_rank, 0)
-    if nrank >= nnodes:
-        raise _bad("node_rank", nrank, f"expected 0 <= node_rank < num_nodes={nnodes}")
-    rdzv = _choice("rdzv_backend", rdzv_backend, RDZV_BACKENDS)
-    if not isinstance(master_addr, str) or not master_addr.strip():
-        raise _bad("master_addr", master_addr, "expected a host name or IP address string")
-    if not isinstance(rdzv_id, str) or not rdzv_id:
-        raise _bad("rdzv_id", rdzv_id, "expected a non-empty str (the job id)")
-    port = _port(use_port)
-    host, endpoint_port = parse_endpoint(rdzv_endpoint, master_addr.strip(), port)
-    conf = check_rdzv_conf(rdzv_conf, rdzv, nrank)
-    wait = _seconds("rdzv_timeout", rdzv_timeout, allow_none=False)
-    if nnodes > 1 and (port if rdzv == "static" else endpoint_port) == 0:
-        where = "use_port" if rdzv == "static" or not rdzv_endpoint.strip() else "rdzv_endpoint"
-        raise _bad(
-            where,
-            use_port if where == "use_port" else rdzv_endpoint,
-            "a multi-node launch needs the fixed port every node was told (1 to 65535), not 0",
-        )
-    method = _choice("start_method", start_method, START_METHODS)
-    if device == "xla":  # replicas are started by torch_xla's xmp.spawn, which forks
-        method = _xla_method(nprocs, nnodes, gpu_count, mixed_precision)
-    threads = threads_per_process
-    if threads is None:
-        threads = max(1, available_cpu_count() // nprocs)
-    threads = _int("threads_per_process", threads, 1)
-    return LaunchPlan(
-        num_processes=nprocs,
-        num_nodes=nnodes,
-        node_rank=nrank,
-        start_method=method,
-        device=device,
-        mixed_precision=_choice("mixed_precision", mixed_precision, MIXED_PRECISION_CHOICES),
-        master_addr=master_addr.strip() if nnodes > 1 else LOOPBACK,
-        requested_port=port,
-        exact_port=nnodes > 1,
-        rdzv_backend=rdzv,
-        rdzv_id=rdzv_id,
-        max_restarts=_int("max_restarts", max_restarts, 0),
-        monitor_interval=_seconds("monitor_interval", monitor_interval, allow_none=False),
-        timeout=_seconds("timeout", timeout),
-        stall_timeout=_seconds("stall_timeout", stall_timeout),
-        threads_per_process=threads,
-        output=_choice("output", output, OUTPUT_CHOICES),
-        log_line_prefix_template=_prefix_template(log_line_prefix_template, nnodes > 1),
-        rdzv_endpoint=format_endpoint(host, endpoint_port) if rdzv == "c10d" else "",
-        rdzv_conf=conf,
-        rdzv_timeout=node_wait(conf, rdzv, wait),
-    )

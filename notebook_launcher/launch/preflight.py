@@ -6,22 +6,18 @@ fix it; :func:`run_preflight` raises on the first finding.
 
 from __future__ import annotations
 
+import logging
 import sys
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
+from ..backends import Finding, all_backends
+from ..utils.validation import short_repr
 from .errors import PreflightError
+from .launchers import LAUNCHERS
 from .plan import LaunchPlan
 
-
-@dataclass(frozen=True)
-class Finding:
-    what: str
-    why: str
-    fix: str
-
-    def __str__(self) -> str:
-        return f"{self.what}\nWhy it matters: {self.why}\nHow to fix it: {self.fix}"
+logger = logging.getLogger(__name__)
 
 
 def check_function(function: Any) -> None:
@@ -33,7 +29,7 @@ def check_function(function: Any) -> None:
         "notebook_launcher(train, args=(...)) rather than notebook_launcher(train(...))."
     )
     raise TypeError(
-        f"function={_short(function)} is not valid: expected a callable, got "
+        f"function={short_repr(function)} is not valid: expected a callable, got "
         f"{type(function).__name__}.{hint}"
     )
 
@@ -42,29 +38,8 @@ def check_args(args: Any) -> tuple:
     if isinstance(args, (tuple, list)):
         return tuple(args)
     raise TypeError(
-        f"args={_short(args)} is not valid: expected a tuple of positional arguments, "
+        f"args={short_repr(args)} is not valid: expected a tuple of positional arguments, "
         f"got {type(args).__name__} (for one argument write args=(value,))"
-    )
-
-
-def cuda_initialized_in_kernel(plan: LaunchPlan) -> Finding | None:
-    if plan.start_method != "fork" or "torch" not in sys.modules:
-        return None
-    from ..utils.environment import cuda_initialized
-
-    if not cuda_initialized():
-        return None
-    return Finding(
-        what="CUDA has already been initialised in this kernel.",
-        why=(
-            "forked workers cannot use CUDA once the parent has ('Cannot re-initialize CUDA in "
-            "forked subprocess'). Something in an earlier cell touched the GPU: a .cuda() or "
-            ".to('cuda') call, torch.cuda.* queries, or an import that does so."
-        ),
-        fix=(
-            "restart the kernel and keep every GPU use inside the launched function, or pass "
-            "start_method='spawn' (the function and its arguments are then sent by value)."
-        ),
     )
 
 
@@ -83,31 +58,6 @@ def process_group_in_kernel(plan: LaunchPlan) -> Finding | None:
             "function; in this kernel call torch.distributed.destroy_process_group() or restart it."
         ),
     )
-
-
-def xla_initialized_in_kernel(plan: LaunchPlan) -> Finding | None:
-    if plan.device != "xla" or "torch_xla" not in sys.modules:
-        return None
-    from .xla_env import xla_initialized
-
-    if not xla_initialized():
-        return None
-    return Finding(
-        what="The XLA runtime has already been started in this kernel.",
-        why=(
-            "xmp.spawn refuses to start replicas once the parent has used an XLA device, and "
-            "every later launch fails the same way until the kernel restarts. Something in an "
-            "earlier cell touched the device: torch_xla.device(), xm.xla_device(), a tensor "
-            "moved to it, or torch_xla.runtime queries such as world_size()."
-        ),
-        fix=(
-            "restart the kernel and keep every XLA device use inside the launched function "
-            "(importing torch_xla in the notebook is fine)."
-        ),
-    )
-
-
-KERNEL_CHECKS = (cuda_initialized_in_kernel, process_group_in_kernel, xla_initialized_in_kernel)
 
 
 def find_unpicklable(value: Any, name: str, depth: int = 0) -> str | None:
@@ -138,47 +88,72 @@ def _children(value: Any, name: str):
     return []
 
 
-# Why the function and its arguments must pickle, and what to do, for each start method.
-_PICKLE_ADVICE = {
-    "spawn": (
-        "With start_method='spawn' the function and every argument are sent to the workers by "
-        "value; pass something picklable (or create the object inside the function), or use "
-        "start_method='fork', which inherits them."
-    ),
-    "xla": (
-        "On XLA devices torch_xla's xmp.spawn pickles the function and its arguments to start "
-        "the replicas, even though it forks them, so nothing is inherited; notebook_launcher "
-        "sends them with cloudpickle, which carries functions, lambdas and classes defined in "
-        "the notebook by value but not locks, open files, sockets, threads or processes. Pass "
-        "something picklable instead (a path, a config, plain tensors) and create the object "
-        "inside the function; start_method does not change this on XLA."
-    ),
-}
-
-
-def check_picklable(function: Any, args: tuple, start_method: str = "spawn") -> None:
-    """Where everything travels by value (spawn, xla): name the argument that cannot."""
+def unpicklable_part(function: Any, args: tuple) -> str | None:
+    """What of the function and its arguments cannot travel by value, or None."""
     problem = find_unpicklable(function, "function")
     for index, arg in enumerate(args):
         if problem is not None:
             break
         problem = find_unpicklable(arg, f"args[{index}]")
+    return problem
+
+
+def check_picklable(function: Any, args: tuple, advice: str) -> None:
+    """Where everything travels by value (spawn, xla): name the argument that cannot, and add
+    ``advice`` (why it must pickle, what to do)."""
+    problem = unpicklable_part(function, args)
     if problem is not None:
-        raise TypeError(f"{problem}. {_PICKLE_ADVICE.get(start_method, _PICKLE_ADVICE['spawn'])}")
+        raise TypeError(f"{problem}. {advice}")
 
 
-def run_preflight(function: Any, args: tuple, plan: LaunchPlan) -> None:
-    for check in KERNEL_CHECKS:
-        finding = check(plan)
-        if finding is not None:
+def kernel_findings(plan: LaunchPlan) -> list[Finding]:
+    """What in the kernel's state would break this launch's workers: a device runtime some
+    backend finds initialised for the plan's start method, a process group left in the kernel."""
+    found = [backend.kernel_hazard(plan.start_method) for backend in all_backends()]
+    found.append(process_group_in_kernel(plan))
+    return [finding for finding in found if finding is not None]
+
+
+def run_preflight(function: Any, args: tuple, plan: LaunchPlan) -> LaunchPlan:
+    """Check the kernel and what travels to the workers; return the plan to run.
+
+    With ``start_method="auto"``, a kernel state that only breaks forked workers switches the
+    plan to spawn (saying so in one line) when the function and its arguments can travel by value.
+
+    Raises:
+        PreflightError: the kernel is in a state that would break the workers.
+        TypeError: something that must travel by value cannot be pickled (named).
+    """
+    findings = kernel_findings(plan)
+    if findings:
+        finding = findings[0]
+        if not finding.spawn_avoids or plan.start_method == "spawn":
             raise PreflightError(str(finding))
-    if plan.start_method in _PICKLE_ADVICE:  # both send the function by value
-        check_picklable(function, args, plan.start_method)
+        problem = unpicklable_part(function, args)
+        if problem is None and plan.auto_start_method:
+            reason = finding.what.splitlines()[0].split(". ")[0].rstrip(".") + "."
+            _notice(f"notebook_launcher: {reason} Starting the workers by spawn instead of fork.")
+            return run_preflight(function, args, replace(plan, start_method="spawn"))
+        raise PreflightError(f"{finding}\nOr: {_spawn_way_out(problem)}")
+    launcher = LAUNCHERS[plan.start_method]
+    if launcher.ships_by_value:
+        check_picklable(function, args, launcher.pickle_advice)
+    return plan
 
 
-def _short(value: Any, limit: int = 80) -> str:
-    try:
-        text = repr(value)
-    except Exception:
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _spawn_way_out(problem: str | None) -> str:
+    if problem is None:
+        return (
+            "pass start_method='spawn': this function and its arguments can travel by value, so "
+            "fresh worker processes can run it. start_method='auto' makes that switch by itself "
+            "whenever the kernel has initialised CUDA."
+        )
+    return (
+        "start_method='spawn' would start fresh worker processes, but the function and its "
+        f"arguments must then travel by value, and {problem}."
+    )
+
+
+def _notice(text: str) -> None:
+    logger.info(text)
+    print(text, file=sys.stderr, flush=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ..utils.validation import short_repr
+
 
 class LaunchResult(Sequence):
     """Every rank's return value, in rank order (tensors already moved to the CPU).
@@ -66,10 +68,5 @@ class LaunchResult(Sequence):
         n = len(self.values)
         if self.returned_nothing:
             return f"LaunchResult({n} processes, each returned None)"
-        shown = ", ".join(f"{rank}: {_short(v)}" for rank, v in enumerate(self.values))
+        shown = ", ".join(f"{rank}: {short_repr(v)}" for rank, v in enumerate(self.values))
         return f"LaunchResult({n} processes, by rank: {{{shown}}})"
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

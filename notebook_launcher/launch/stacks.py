@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass
+
+from ..protocol.names import SHARED_MEMORY_SOURCE, WORKER_FUNCTION
+from ..utils.cells import code_name
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.+)$')
 _THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+")
-WORKER_ENTRY = "in run_worker"  # the bootstrap's frame: everything below it is the kernel's
 _COLLECTIVE_PATHS = ("torch/distributed/", "torch\\distributed\\")
-_SHARED_MEMORY_PATH = "notebook_launcher/ops/shared_memory.py"  # CPU collectives, one machine
 
 
 def trim_kernel_frames(lines: list[str]) -> list[str]:
@@ -28,7 +28,7 @@ def trim_kernel_frames(lines: list[str]) -> list[str]:
         if skipping:
             continue
         kept.append(line)
-        if line.rstrip().endswith(WORKER_ENTRY) and _FRAME.match(line):
+        if line.rstrip().endswith(f"in {WORKER_FUNCTION}") and _FRAME.match(line):
             skipping = True
     return kept
 
@@ -45,7 +45,7 @@ class Location:
     in_shared_memory: bool = False  # in a shared-memory collective (ops, DDP's gradients)
 
     def describe(self) -> str:
-        where = f"{self.function} ({_display_file(self.file)}:{self.line})"
+        where = f"{self.function} ({code_name(self.file)}:{self.line})"
         if self.in_rendezvous:
             return f"joining the job (connecting to the rendezvous store), called from {where}"
         if self.in_shared_memory:
@@ -62,7 +62,7 @@ def locate(stack: str) -> Location | None:
     """
     for block in _thread_blocks(stack.splitlines()):
         frames = [m for m in map(_FRAME.match, block) if m]
-        if not any(m.group("func") == "run_worker" for m in frames):
+        if not any(m.group("func") == WORKER_FUNCTION for m in frames):
             continue
         exchanging = any(_is_shared_memory(m.group("file")) for m in frames)
         waiting = exchanging or any(_is_collective(m.group("file")) for m in frames)
@@ -89,7 +89,7 @@ def _is_collective(path: str) -> bool:
 
 
 def _is_shared_memory(path: str) -> bool:
-    return path.replace("\\", "/").endswith(_SHARED_MEMORY_PATH)
+    return path.replace("\\", "/").endswith(SHARED_MEMORY_SOURCE)
 
 
 def _is_rendezvous(path: str) -> bool:
@@ -128,11 +128,3 @@ def _holding_up(places: dict[int, Location | None]) -> tuple[int, ...]:
     waiting = [r for r, p in places.items() if p and p.in_collective and not p.in_rendezvous]
     elsewhere = tuple(r for r, p in places.items() if p and not p.in_collective)
     return elsewhere if waiting else ()
-
-
-def _display_file(path: str) -> str:
-    """A notebook cell's code file as IPython names it ("Cell In[3]"), else the path."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    number = getattr(getattr(shell, "compile", None), "_filename_map", {}).get(path)
-    return f"Cell In[{number}]" if number is not None else path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -10,7 +11,9 @@ from multiprocessing.connection import wait
 
 import psutil
 
-from ..events import (
+from ..protocol import names
+from ..protocol.channel import READ_CHUNK
+from ..protocol.events import (
     SupervisorTick,
     WorkerExited,
     WorkerFailed,
@@ -18,8 +21,7 @@ from ..events import (
     WorkerStarted,
     WorkerStopped,
 )
-from ..ops import shared_memory
-from .base import WorkerHandle
+from ..protocol.failure import looks_secondary
 from .errors import (
     AttemptFailed,
     LaunchStoppedError,
@@ -27,14 +29,13 @@ from .errors import (
     WorkerFailure,
     WorkerStalledError,
     failure_to_raise,
-    looks_secondary,
 )
+from .launchers import WorkerHandle
 from .output import OutputSink
 from .processes import kill_tree
 from .stacks import holding_up, trim_kernel_frames, where_ranks_were
-from .worker import STACK_DUMP_SIGNAL
 
-READ_CHUNK = 1 << 16
+logger = logging.getLogger(__name__)
 LIVENESS_CHECK_EVERY = 0.5  # seconds between CPU-time samples of each worker
 CPU_ALIVE_THRESHOLD = 0.01  # CPU seconds per sample that count as a sign of life
 EXIT_GRACE = 1.0  # how long a rank that reported its failure or result may take to exit
@@ -216,44 +217,30 @@ class Supervisor:
         failed = [h for h in self.handles if h.status == "failed"]
         primary = min(failed, key=_failure_order)
         others = [h for h in self.handles if h is not primary and h.status != "finished"]
-        for handle in others:
-            kill_tree(handle.pid)
-            handle.status = "stopped"
-            stopped = WorkerStopped(
-                handle.rank, f"rank {primary.rank} failed", blamed=(primary.rank,)
-            )
-            self._publish(stopped)
+        self._stop(others, f"rank {primary.rank} failed", blamed=(primary.rank,))
         self._await_exits([primary], EXIT_GRACE)
         self.teardown()
         failure = self._describe(primary)
         return failure_to_raise(failure, tuple(h.rank for h in others)), failure
 
     def _describe(self, handle: WorkerHandle) -> WorkerFailure:
-        event = handle.failed
-        if event is None:  # died without a word: the crash report stands in for a traceback
-            crash = "\n".join(trim_kernel_frames(self.sink.crash_report(handle.rank)))
-            what = dict(
-                exc_type=None,
-                message="the process ended without returning or raising (crash, signal or "
-                "os._exit)",
-                traceback=crash,
-                payload=None,
-            )
-        else:
-            what = dict(
-                exc_type=event.exc_type,
-                message=event.message,
-                traceback=event.traceback,
-                payload=event.payload,
-            )
-        return WorkerFailure(
-            rank=handle.rank,
+        known = dict(
             local_rank=handle.local_rank,
             pid=handle.pid,
             exitcode=handle.exitcode,
             last_lines=self.sink.tail(handle.rank),
             node_rank=handle.node_rank,
-            **what,
+        )
+        if handle.failed is not None:
+            return WorkerFailure.from_event(handle.failed, **known)
+        # Died without a word: the crash report stands in for a traceback.
+        crash = "\n".join(trim_kernel_frames(self.sink.crash_report(handle.rank)))
+        return WorkerFailure(
+            rank=handle.rank,
+            exc_type=None,
+            message="the process ended without returning or raising (crash, signal or os._exit)",
+            traceback=crash,
+            **known,
         )
 
     def _stalled(self, now: float) -> list[WorkerHandle]:
@@ -313,7 +300,7 @@ class Supervisor:
         for handle in alive:
             handle.capture = []
             try:
-                os.kill(handle.pid, STACK_DUMP_SIGNAL)
+                os.kill(handle.pid, names.STACK_DUMP_SIGNAL)
             except (OSError, TypeError):
                 pass
         end = self.clock() + STACK_DUMP_WAIT
@@ -332,14 +319,10 @@ class Supervisor:
 
         Safe to call more than once and from any exit path.
         """
-        for handle in self.handles:
+        running = [h for h in self.handles if not h.exited and h.status in ("starting", "running")]
+        self._stop(running, self.stop_reason, self.stop_requested, self.blamed)
+        for handle in self.handles:  # and whatever the others left running
             kill_tree(handle.pid)
-            if not handle.exited and handle.status in ("starting", "running"):
-                handle.status = "stopped"
-                stopped = WorkerStopped(
-                    handle.rank, self.stop_reason, self.stop_requested, self.blamed
-                )
-                self._publish(stopped)
         self._await_exits([h for h in self.handles if not h.exited], DRAIN_LIMIT)
         end = self.clock() + DRAIN_LIMIT
         while any(c for c in self._by_conn if c is not self._by_conn[c].events):
@@ -353,7 +336,24 @@ class Supervisor:
             handle.close()
         self._by_conn.clear()
         # Workers unlink their shared-memory exchange at once; one that died first cannot.
-        shared_memory.remove_leftovers(os.getpid())
+        names.remove_leftovers(os.getpid())
+        logger.debug("teardown: all %d processes gone, pipes closed", len(self.handles))
+
+    def _stop(
+        self,
+        handles: list[WorkerHandle],
+        reason: str,
+        requested: bool = False,
+        blamed: tuple[int, ...] = (),
+    ) -> None:
+        """Kill the ranks of ``handles``, which still run, and tell the listeners why
+        (``requested``: the user asked; ``blamed``: the ranks held responsible)."""
+        if handles:
+            logger.info("stopping rank %s (%s)", ", ".join(str(h.rank) for h in handles), reason)
+        for handle in handles:
+            kill_tree(handle.pid)
+            handle.status = "stopped"
+            self._publish(WorkerStopped(handle.rank, reason, requested, blamed))
 
     def _await_exits(self, handles: list[WorkerHandle], limit: float) -> None:
         end = self.clock() + limit
@@ -362,6 +362,7 @@ class Supervisor:
             if left <= 0:
                 for handle in handles:
                     if not handle.exited:
+                        logger.info("rank %d did not exit within %g s: killed", handle.rank, limit)
                         kill_tree(handle.pid)
                         handle.process.join(DRAIN_LIMIT)
                         handle.exitcode = handle.process.exitcode

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..utils.tree import map_structure
+from ..utils.validation import short_repr
 from .comm import Communicator
 
 
@@ -33,10 +34,9 @@ class _Shown(str):
         return str(self)
 
 
-def brief(value: Any, limit: int = 60) -> _Shown:
-    """``repr(value)`` on one line and cut to ``limit`` characters, for error messages."""
-    text = " ".join(repr(value).split())
-    return _Shown(text if len(text) <= limit else text[: limit - 3] + "...")
+def brief(value: Any) -> _Shown:
+    """``repr(value)`` on one line and cut short, for error messages."""
+    return _Shown(short_repr(value))
 
 
 def _is_tensor(x: Any) -> bool:

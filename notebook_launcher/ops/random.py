@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from ..state.enums import RNGType
 from ..state.partial import PartialState
+from ..utils.enums import RNGType
 from ..utils.validation import check_bool, check_int, invalid
 from .comm import current
 from .debug import brief, verify

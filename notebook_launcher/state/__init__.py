@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from .accelerator_state import AcceleratorState
-from .enums import (
+from ..backends import reset_backend_choice
+from ..utils.enums import (
     DDPCommunicationHookType,
     DistributedType,
     LoggerType,
     PrecisionType,
     RNGType,
 )
+from .accelerator_state import AcceleratorState
 from .gradient import GradientState
 from .partial import PartialState
 
@@ -21,8 +22,6 @@ def is_initialized() -> bool:
 
 def reset_state() -> None:
     """Forget every shared state singleton of this process (a fresh worker starts this way)."""
-    from ..backends import reset_backend_choice
-
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
     reset_backend_choice()

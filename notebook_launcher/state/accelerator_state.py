@@ -6,20 +6,14 @@ import importlib.util
 import os
 from typing import Any
 
+from ..protocol.context import current_context
+from ..utils.enums import PrecisionType
 from ..utils.environment import parse_flag_from_env
 from ..utils.replicas import ReplicaLocalDict
 from ..utils.validation import check_bool, check_choice
-from .enums import PrecisionType
 from .partial import PartialState
 
 FP8_PACKAGES = ("transformer_engine", "msamp", "torchao")
-_UNSUPPORTED_PLUGINS = (
-    "deepspeed_plugin",
-    "fsdp_plugin",
-    "torch_tp_plugin",
-    "megatron_lm_plugin",
-    "parallelism_config",
-)
 
 
 def _from_partial(name: str) -> property:
@@ -32,8 +26,6 @@ def _from_partial(name: str) -> property:
 def _mixed_precision(value: str | None) -> str:
     """The precision asked for, else the launch's, else ``ACCELERATE_MIXED_PRECISION``, else no."""
     if value is None:
-        from ..launch.context import current_context
-
         context = current_context()
         if context is not None:
             return check_choice("mixed_precision", context.mixed_precision, PrecisionType.list())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from ..utils.kwargs import GradientAccumulationPlugin
 from ..utils.replicas import ReplicaLocalDict
 from ..utils.validation import check_bool, invalid
 
@@ -33,8 +34,6 @@ class GradientState:
     _shared_state = ReplicaLocalDict()  # per thread where XLA replicas are threads
 
     def __init__(self, gradient_accumulation_plugin: Any = None) -> None:
-        from ..kwargs import GradientAccumulationPlugin
-
         if gradient_accumulation_plugin is not None and not isinstance(
             gradient_accumulation_plugin, GradientAccumulationPlugin
         ):

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..utils.environment import parse_flag_from_env
+from ..utils.kwargs import InitProcessGroupKwargs, KwargsHandler
 from ..utils.validation import check_bool, check_optional_str, invalid
 
 PROCESS_GROUP_KEYS = ("backend", "init_method", "timeout", "pg_options", "device_id")
@@ -27,8 +28,6 @@ class StateOptions:
 
 def _handler_kwargs(handlers: Any) -> dict[str, Any]:
     """The process-group settings among ``kwargs_handlers`` (other handlers are not ours)."""
-    from ..kwargs import InitProcessGroupKwargs, KwargsHandler
-
     if not isinstance(handlers, (list, tuple)) or not all(
         isinstance(h, KwargsHandler) for h in handlers
     ):

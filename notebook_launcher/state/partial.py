@@ -6,18 +6,17 @@ from typing import Any
 
 import torch
 
+from ..backends import detect_backend
+from ..utils.enums import DistributedType
 from ..utils.replicas import ReplicaLocalDict
 from ..utils.validation import check_bool, invalid
 from .control import ProcessControl
-from .enums import DistributedType
 from .options import StateOptions, parse_state_options
 from .topology import Topology, detect_topology
 
 
 def _create_state(cpu: bool, options: StateOptions) -> dict[str, Any]:
     """Everything the shared state holds, process group included; nothing is stored on failure."""
-    from ..backends import detect_backend
-
     backend = detect_backend(cpu)
     topo: Topology = detect_topology()
     group_backend = None
@@ -178,8 +177,6 @@ class PartialState(ProcessControl):
     @property
     def default_device(self) -> torch.device:
         """The device a single process would use here (CUDA, then MPS, then the CPU)."""
-        from ..backends import detect_backend
-
         return detect_backend(self._cpu).device_for(0)
 
     def set_device(self) -> None:

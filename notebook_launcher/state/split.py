@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ..utils.tree import rebuild
-from ..utils.validation import check_bool, check_int
+from ..utils.validation import check_bool, check_int, short_repr
 
 ALLOWED = (
     "expected a list, a tuple, a torch.Tensor with at least one dimension, a dataset with "
@@ -38,12 +38,7 @@ def _length(value: Any, path: str) -> int:
         return len(value)
     if isinstance(value, torch.Tensor) and value.dim() > 0:
         return value.shape[0]
-    raise TypeError(f"{path}={_short(value)} is not valid: {ALLOWED}.")
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    raise TypeError(f"{path}={short_repr(value)} is not valid: {ALLOWED}.")
 
 
 def _take(value: Any, start: int, end: int, target: int | None) -> Any:

@@ -6,7 +6,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from ..launch.context import current_context
+from ..protocol.context import current_context
 
 
 @dataclass(frozen=True)

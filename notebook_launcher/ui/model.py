@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..events import (
+from ..protocol.events import (
     OutputLine,
     SupervisorTick,
     TrackingBatch,
@@ -22,6 +22,7 @@ from ..events import (
     WorkerStarted,
     WorkerStopped,
 )
+from ..protocol.failure import exit_description
 from .series import MAX_POINTS, MetricSeries
 
 STATES = ("starting", "running", "finished", "failed", "stopped")
@@ -175,8 +176,6 @@ class RunModel:
         state.exitcode = event.exitcode
         if state.state in ACTIVE:
             state.state, state.ended = "failed", now
-            from ..launch.errors import exit_description  # here: launch imports this module
-
             state.error = f"the process died ({exit_description(event.exitcode)})"
             self._blame_first(state)
             self._retire(event.rank, now)

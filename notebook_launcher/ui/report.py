@@ -6,6 +6,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
+from ..utils.environment import in_kernel
 from .charts import metrics_html
 from .model import RunModel
 from .render import compact_html, status_html, status_text, summary_line
@@ -62,8 +63,6 @@ class RunPanel:
 
         Kept in the saved notebook, as the copy a launch leaves in its cell is.
         """
-        from . import in_kernel
-
         if in_kernel():
             from IPython.display import display
 

@@ -33,6 +33,11 @@ class View:
         self.broken: BaseException | None = None
         self.finished = False
 
+    @classmethod
+    def for_launch(cls, model: RunModel, background: bool = False) -> View:
+        """The view of a launch (``background``: supervised from a background thread)."""
+        return cls(model)
+
     def __call__(self, event: object) -> None:
         if self.broken is not None:
             return
@@ -62,13 +67,6 @@ class View:
 
     def show(self) -> None:
         """Put the view on screen (widgets are displayed in the current cell)."""
-
-    @property
-    def panel(self):
-        """The run's final state as a displayable :class:`RunPanel`."""
-        from .report import RunPanel
-
-        return RunPanel(self.model)
 
     def _broke(self, exc: BaseException) -> None:
         self.broken = exc

@@ -15,11 +15,14 @@ import uuid
 from collections import deque
 from typing import Any
 
+from ..utils.environment import in_kernel
 from .charts import metrics_html
 from .model import RunModel
 from .render import status_html
 from .report import RunPanel, log_html
 from .views import View
+
+BACKGROUND_LOG_LINES = 20  # worker lines kept under a background run's panel
 
 STATUS_EVERY = 0.2  # seconds between redraws of the status table (5 Hz)
 CHARTS_EVERY = 1.0  # seconds between redraws of the charts (1 Hz)
@@ -76,7 +79,7 @@ class WidgetView(View):
 
     def __init__(self, model: RunModel, log_lines: int = 0, in_place: bool = False) -> None:
         super().__init__(model)
-        import ipywidgets as widgets
+        import ipywidgets as widgets  # only once widgets are drawn: optional outside Jupyter
 
         self.in_place = in_place
         self.display_id: str | None = None  # set once the widgets are displayed
@@ -98,9 +101,14 @@ class WidgetView(View):
         self._charts_drawn = 0
         self._log_drawn = 0
 
-    def show(self) -> None:
-        from . import in_kernel
+    @classmethod
+    def for_launch(cls, model: RunModel, background: bool = False) -> WidgetView:
+        # A background run's output has no cell to go to: its last lines go under the table, and
+        # its final panel replaces the widgets where they are.
+        lines = BACKGROUND_LOG_LINES if background else 0
+        return cls(model, log_lines=lines, in_place=background)
 
+    def show(self) -> None:
         if not in_kernel():  # no frontend to show widgets to
             return
         from IPython.display import display
@@ -123,8 +131,8 @@ class WidgetView(View):
             self._log_drawn = self.log.version
             self.log_widget.value = self.log.html()
 
-    @property
-    def panel(self) -> RunPanel:
+    def final_panel(self) -> RunPanel:
+        """The run's final table and charts as static HTML, with the worker lines it kept."""
         return RunPanel(self.model, self.log.lines if self.log is not None else ())
 
     def final(self) -> None:
@@ -136,7 +144,7 @@ class WidgetView(View):
             return
         from IPython.display import display, update_display
 
-        bundle = self.panel._repr_mimebundle_()
+        bundle = self.final_panel()._repr_mimebundle_()
         if self.in_place:
             update_display(bundle, raw=True, display_id=self.display_id)
         else:

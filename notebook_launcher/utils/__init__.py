@@ -24,11 +24,11 @@ _EXPORTS = {
     ),
     ".versions": ("compare_versions", "is_torch_version"),
     ".memory": ("convert_file_size_to_int", "get_max_memory"),
-    ".config": ("load_config", "write_basic_config"),
+    "..backends.config": ("load_config", "write_basic_config"),
     ".dataclasses": ("GradientAccumulationPlugin", "KwargsHandler"),
     ".fp8": ("FP8RecipeKwargs",),
     ".profiling": ("ProfileKwargs",),
-    "..state.enums": (
+    ".enums": (
         "DDPCommunicationHookType",
         "DistributedType",
         "LoggerType",
@@ -61,7 +61,7 @@ _EXPORTS = {
         "synchronize_rng_states",
         "wait_for_everyone",
     ),
-    "..kwargs": (
+    ".kwargs": (
         "AutocastKwargs",
         "DistributedDataParallelKwargs",
         "GradScalerKwargs",

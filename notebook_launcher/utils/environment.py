@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
+
+from .validation import check_bool
+from .versions import is_torch_version
 
 
 def available_cpu_count() -> int:
@@ -43,13 +47,6 @@ def cuda_device_count() -> int:
         if not torch.cuda.is_available():
             return 0
         return torch.cuda.device_count()
-
-
-def cuda_initialized() -> bool:
-    """Whether this process already holds a CUDA context (checked without creating one)."""
-    import torch
-
-    return bool(torch.cuda.is_initialized())
 
 
 _TRUE = ("1", "true", "t", "yes", "y", "on")
@@ -99,8 +96,6 @@ def is_mps_available(min_version: str = "1.12") -> bool:
     """Whether Apple's Metal (MPS) device is usable with this torch (at least ``min_version``)."""
     import torch
 
-    from .versions import is_torch_version
-
     if not is_torch_version(">=", min_version):
         return False
     mps = getattr(torch.backends, "mps", None)
@@ -116,8 +111,6 @@ def is_torch_xla_available(check_is_tpu: bool = False, check_is_gpu: bool = Fals
         ``PJRT_DEVICE=TPU`` set counts as "installed but no TPU".
     """
     import importlib.util
-
-    from .validation import check_bool
 
     check_bool("check_is_tpu", check_is_tpu)
     check_bool("check_is_gpu", check_is_gpu)
@@ -150,8 +143,6 @@ def is_bf16_available(ignore_tpu: bool = False) -> bool:
     """
     import torch
 
-    from .validation import check_bool
-
     check_bool("ignore_tpu", ignore_tpu)
     if is_torch_xla_available(check_is_tpu=True):
         return not ignore_tpu
@@ -160,3 +151,15 @@ def is_bf16_available(ignore_tpu: bool = False) -> bool:
     if is_mps_available():
         return bool(torch.backends.mps.is_macos_or_newer(14, 0))
     return True
+
+
+def in_kernel() -> bool:
+    """Whether this code runs in a Jupyter kernel (whose frontend can show widgets)."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    try:
+        shell = ipython.get_ipython()
+    except Exception:
+        return False
+    return getattr(shell, "kernel", None) is not None

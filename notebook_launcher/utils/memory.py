@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import warnings
 
+from .environment import cuda_device_count, is_mps_available
+from .nvml import gpu_info
 from .validation import invalid
 
 MemoryMap = dict[int | str, int]
@@ -47,9 +49,6 @@ def convert_file_size_to_int(size: int | str) -> int:
 
 def _free_gpu_memory() -> MemoryMap:
     import torch
-
-    from .environment import cuda_device_count
-    from .nvml import gpu_info
 
     free: MemoryMap = {}
     for index in range(cuda_device_count()):
@@ -99,8 +98,6 @@ def get_max_memory(max_memory: dict[int | str, int | str] | None = None) -> Memo
         TypeError, ValueError: an unknown device key or an unreadable size, naming it.
     """
     import psutil
-
-    from .environment import cuda_device_count, is_mps_available
 
     if max_memory is None:
         measured = _free_gpu_memory()

@@ -26,11 +26,6 @@ def use_thread_replicas(enabled: bool = True) -> None:
     _threads_are_replicas = enabled
 
 
-def thread_replicas() -> bool:
-    """Whether replicas in this process are threads (per-thread state)."""
-    return _threads_are_replicas
-
-
 class ReplicaLocalDict:
     """A class attribute holding a dict: the process's, or the calling thread's for thread replicas.
 

@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Iterable
 from typing import Any
+
+_BRIEF = reprlib.Repr()
+_BRIEF.maxstring = _BRIEF.maxother = 60
+_BRIEF.maxlevel = 3
+
+
+def short_repr(value: Any) -> str:
+    """``repr(value)`` cut short with :mod:`reprlib` and on one line, for messages; never raises
+    (an object whose ``repr`` fails is named by its type)."""
+    return " ".join(_BRIEF.repr(value).split())
 
 
 def invalid(

@@ -10,8 +10,8 @@ import torch
 from safetensors.torch import load_file
 
 from notebook_launcher.accelerator import Accelerator
-from notebook_launcher.checkpointing import parse_shard_size
-from notebook_launcher.kwargs import GradScalerKwargs
+from notebook_launcher.accelerator.files import parse_shard_size
+from notebook_launcher.utils.kwargs import GradScalerKwargs
 
 
 class Tied(torch.nn.Module):

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from notebook_launcher.accelerator import Accelerator
-from notebook_launcher.kwargs import GradScalerKwargs, ProfileKwargs
-from notebook_launcher.optimizer import AcceleratedOptimizer
-from notebook_launcher.scheduler import AcceleratedScheduler
-from notebook_launcher.trackers import GeneralTracker
+from notebook_launcher.accelerator.optimizer import AcceleratedOptimizer
+from notebook_launcher.accelerator.scheduler import AcceleratedScheduler
+from notebook_launcher.accelerator.trackers import GeneralTracker
+from notebook_launcher.utils.kwargs import GradScalerKwargs, ProfileKwargs
 
 
 def _params(fn):

@@ -56,14 +56,18 @@ def where_the_store_listens() -> list[str]:
     PartialState().wait_for_everyone()  # the store really serves the whole group
     port = int(os.environ["MASTER_PORT"])
     launcher = psutil.Process(os.getppid())
-    return sorted(
-        {
+    found = set()
+    for process in [launcher, *launcher.children(recursive=True)]:
+        try:
+            connections = process.net_connections(kind="tcp")
+        except psutil.NoSuchProcess:  # a helper process that ended meanwhile listens nowhere
+            continue
+        found.update(
             f"{c.laddr.ip}:{c.laddr.port}"
-            for process in [launcher, *launcher.children(recursive=True)]
-            for c in process.net_connections(kind="tcp")
+            for c in connections
             if c.status == psutil.CONN_LISTEN and c.laddr.port == port
-        }
-    )
+        )
+    return sorted(found)
 
 
 def sum_and_listeners(scale: float) -> dict:

@@ -160,7 +160,7 @@ class Nodes:
 @contextmanager
 def nodes(*specs: Node) -> Iterator[Nodes]:
     """Fork one node per spec, all at once; every one of them is dead when this ends."""
-    from notebook_launcher.launch.fork import ForkLauncher
+    from notebook_launcher.launch.launchers import ForkLauncher
 
     ForkLauncher().prepare()  # its imports once here, rather than once in every node
     context = multiprocessing.get_context("fork")

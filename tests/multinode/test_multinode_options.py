@@ -8,18 +8,19 @@ import os
 import pytest
 
 from notebook_launcher import notebook_launcher as launch
-from notebook_launcher.launch.plan import make_plan
+from notebook_launcher import plan_launch
+from notebook_launcher.backends import CpuBackend
 
 
 def plan(**changes):
-    """make_plan with notebook_launcher's defaults, two CPU processes and ``changes``."""
-    wanted = inspect.signature(make_plan).parameters
+    """plan_launch with notebook_launcher's defaults, two CPU processes and ``changes``."""
+    wanted = inspect.signature(plan_launch).parameters
     defaults = {
         name: param.default
         for name, param in inspect.signature(launch).parameters.items()
         if name in wanted and param.default is not param.empty
     }
-    return make_plan(**{**defaults, "num_processes": 2, "device": "cpu", "gpu_count": 0, **changes})
+    return plan_launch(**{**defaults, "num_processes": 2, "backend": CpuBackend(), **changes})
 
 
 def rank():

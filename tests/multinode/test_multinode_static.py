@@ -19,8 +19,8 @@ def test_collectives_across_nodes_and_results_per_node():
         on_node("sum_and_listeners", [1.0], node_rank=1, **common),
     )
 
-    assert node0.result["ok"], node0.stdout + node0.stderr
-    assert node1.result["ok"], node1.stdout + node1.stderr
+    assert node0.result["ok"], str(node0.result) + node0.stdout + node0.stderr
+    assert node1.result["ok"], str(node1.result) + node1.stdout + node1.stderr
     values0, values1 = node0.result["values"], node1.result["values"]
     # Each node gets its own processes' values, in local-rank order.
     assert [(v["rank"], v["local_rank"], v["node_rank"]) for v in values0] == [(0, 0, 0), (1, 1, 0)]

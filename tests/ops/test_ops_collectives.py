@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from notebook_launcher import PartialState, notebook_launcher, ops
-from notebook_launcher.ops import shared_memory
+from notebook_launcher.backends import shared_memory
 from notebook_launcher.ops.comm import current
 from notebook_launcher.utils.environment import cuda_device_count
 

@@ -17,7 +17,7 @@ from notebook_launcher import (
     notebook_launcher,
     ops,
 )
-from notebook_launcher.ops import shared_memory
+from notebook_launcher.backends import shared_memory
 
 
 def mismatches():

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from notebook_launcher import Accelerator, PartialState, notebook_launcher
+from notebook_launcher.backends import shared_memory
 from notebook_launcher.launch.errors import WorkersFailedError
-from notebook_launcher.ops import shared_memory
+from notebook_launcher.protocol import names
 
 pytestmark = pytest.mark.skipif(
     not shared_memory.supported(), reason="the exchange needs x86-64 Linux with /dev/shm"
@@ -29,7 +30,7 @@ def values(rank: int, dtype: torch.dtype, count: int) -> torch.Tensor:
 
 def exchange_everything(needed_bytes):
     state = PartialState()
-    exchange = shared_memory.SharedMemoryExchange.create(needed_bytes)
+    exchange = shared_memory.SharedMemoryExchange.create(PartialState(), needed_bytes)
     out = {"slot_bytes": exchange.slot_bytes}
     for dtype in DTYPES:
         for count in (0, 1, 37, 5000):  # 5000 elements: several chunks when slots are small
@@ -50,7 +51,7 @@ def exchange_everything(needed_bytes):
             out["errors"].append(str(error))
     for needed, timeout in ((0, 1.0), (64, -1.0)):
         try:
-            shared_memory.SharedMemoryExchange.create(needed, timeout)
+            shared_memory.SharedMemoryExchange.create(PartialState(), needed, timeout)
         except (TypeError, ValueError) as error:
             out["errors"].append(str(error))
     exchange.close()
@@ -117,7 +118,7 @@ def test_ddp_through_shared_memory_gives_gloos_weights(monkeypatch):
 
 def one_rank_never_arrives(timeout):
     state = PartialState()
-    exchange = shared_memory.SharedMemoryExchange.create(1024, timeout=timeout)
+    exchange = shared_memory.SharedMemoryExchange.create(PartialState(), 1024, timeout=timeout)
     if state.process_index == 1:
         time.sleep(timeout + 1.5)  # busy with something else until after rank 0 gave up
         return None
@@ -137,7 +138,7 @@ def test_a_rank_that_never_arrives_is_named_after_the_timeout():
 
 def rank_dies_while_the_other_waits():
     state = PartialState()
-    exchange = shared_memory.SharedMemoryExchange.create(1024)
+    exchange = shared_memory.SharedMemoryExchange.create(PartialState(), 1024)
     if state.process_index == 1:
         raise KeyError("rank 1 broke before the all-reduce")
     exchange.all_reduce_(torch.ones(8))
@@ -164,11 +165,11 @@ def killed_before_unlinking():
 def test_the_launcher_removes_the_file_of_a_rank_that_died_holding_it():
     with pytest.raises(WorkersFailedError):
         notebook_launcher(killed_before_unlinking, num_processes=2, timeout=60)
-    assert not shared_memory.leftover_files(os.getpid())  # the launcher removed it
+    assert not names.leftover_files(os.getpid())  # the launcher removed it
 
 
 def switched_off():
-    return shared_memory.SharedMemoryExchange.create(1024)
+    return shared_memory.SharedMemoryExchange.create(PartialState(), 1024)
 
 
 def test_the_switch_and_a_single_process_leave_gloo_in_charge(monkeypatch):
@@ -265,7 +266,9 @@ def test_a_hook_the_user_registers_after_prepare_takes_over():
 
 def mismatched_sizes():
     state = PartialState()
-    exchange = shared_memory.SharedMemoryExchange.create(1024)  # 256 float32 per slot
+    exchange = shared_memory.SharedMemoryExchange.create(
+        PartialState(), 1024
+    )  # 256 float32 per slot
     for _ in range(50):  # chunks of 256 and 44, then 256, 256 and 188: sizes change each step
         exchange.all_reduce_(torch.ones(300))
         exchange.all_reduce_(torch.ones(700))

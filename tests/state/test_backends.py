@@ -84,3 +84,40 @@ def test_detection_does_not_initialise_cuda():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def _device_and_rank():
+    from notebook_launcher import PartialState
+
+    state = PartialState()
+    return type(state._backend).__name__, state.process_index, str(state.device)
+
+
+def test_a_new_device_is_one_backend_class_and_a_registry_line(monkeypatch):
+    from notebook_launcher import PreflightError, notebook_launcher, plan_launch
+    from notebook_launcher.backends import Finding
+
+    class FakeBackend(CpuBackend):  # a "device" that runs on the CPU, to launch for real
+        name = "fake"
+        label = "fake devices"
+        preference = 99
+        accelerator = True
+        precisions = ("no", "bf16")
+
+        def device_count(self) -> int:
+            return 2
+
+        def kernel_hazard(self, start_method: str):
+            if start_method == "spawn":
+                return Finding("the fake runtime is up", "it cannot be shared", "use fork")
+            return None
+
+    monkeypatch.setitem(BACKENDS, "fake", FakeBackend)
+    plan = plan_launch()  # the kernel picks it and its count, no other change
+    assert (plan.device, plan.num_processes, plan.start_method) == ("fake", 2, "fork")
+    with pytest.raises(ValueError, match="fake devices support 'no' and 'bf16'"):
+        plan_launch(mixed_precision="fp16")
+    with pytest.raises(PreflightError, match="the fake runtime is up"):
+        notebook_launcher(_device_and_rank, start_method="spawn", ui="none")
+    result = notebook_launcher(_device_and_rank, ui="none")  # forked workers inherit the registry
+    assert result.values == [("FakeBackend", 0, "cpu"), ("FakeBackend", 1, "cpu")]

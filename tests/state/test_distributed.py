@@ -11,8 +11,8 @@ import torch
 import torch.distributed as dist
 
 from notebook_launcher import notebook_launcher
-from notebook_launcher.kwargs import DistributedDataParallelKwargs, InitProcessGroupKwargs
 from notebook_launcher.state import AcceleratorState, DistributedType, PartialState
+from notebook_launcher.utils.kwargs import DistributedDataParallelKwargs, InitProcessGroupKwargs
 
 
 def _group_timeout() -> float:

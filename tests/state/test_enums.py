@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from notebook_launcher.state.enums import (
+from notebook_launcher.utils.enums import (
     DDPCommunicationHookType,
     DistributedType,
     LoggerType,

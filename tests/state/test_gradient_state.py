@@ -6,8 +6,8 @@ import gc
 
 import pytest
 
-from notebook_launcher.kwargs import GradientAccumulationPlugin
 from notebook_launcher.state import GradientState
+from notebook_launcher.utils.kwargs import GradientAccumulationPlugin
 
 
 class Loader:

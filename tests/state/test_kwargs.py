@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 import torch
 
-from notebook_launcher.kwargs import (
+from notebook_launcher.utils.kwargs import (
     AutocastKwargs,
     DDPCommunicationHookType,
     DistributedDataParallelKwargs,

@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from notebook_launcher.kwargs import GradScalerKwargs, InitProcessGroupKwargs
 from notebook_launcher.state import DistributedType, PartialState
+from notebook_launcher.utils.kwargs import GradScalerKwargs, InitProcessGroupKwargs
 
 
 def test_single_process_defaults():

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from notebook_launcher.events import (
+from notebook_launcher.protocol.events import (
     OutputLine,
     SupervisorTick,
     TrackingBatch,

@@ -9,10 +9,10 @@ import time
 import pytest
 import torch
 
-import notebook_launcher.tracking as tracking
+import notebook_launcher.worker.live as tracking
 from notebook_launcher import log, notebook_launcher, progress, set_status
-from notebook_launcher.events import TrackingBatch
-from notebook_launcher.launch.context import WorkerContext, set_context
+from notebook_launcher.protocol.context import WorkerContext, set_context
+from notebook_launcher.protocol.events import TrackingBatch
 
 
 class Channel:

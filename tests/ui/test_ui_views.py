@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from notebook_launcher.events import (
+from notebook_launcher.protocol.events import (
     OutputLine,
     SupervisorTick,
     TrackingBatch,

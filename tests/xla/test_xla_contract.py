@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from notebook_launcher import PreflightError, notebook_launcher
-from notebook_launcher.launch.xla_env import detect_xla
+from notebook_launcher.backends.xla import detect_xla
 
 
 def test_detection_reads_the_environment_only(replicas):
@@ -172,7 +172,7 @@ def test_fp16_is_refused_on_xla():
 
 def precision():
     from notebook_launcher import PartialState
-    from notebook_launcher.launch.context import current_context
+    from notebook_launcher.protocol.context import current_context
 
     dtype = PartialState()._backend.autocast_dtype(current_context().mixed_precision)
     return os.environ["ACCELERATE_MIXED_PRECISION"], str(dtype)

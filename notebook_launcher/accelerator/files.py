@@ -1,0 +1,338 @@
+"""Saving and restoring a whole training state: models, optimizers, schedulers, scaler, data, RNGs.
+
+Layout of a checkpoint directory (the names Accelerate uses where it has them):
+
+- ``model.safetensors`` / ``model_1.safetensors`` ... (``pytorch_model.bin`` ... without
+  safetensors), ``optimizer.bin``, ``scheduler.bin``, ``scaler.pt``,
+  ``custom_checkpoint_0.pkl`` ...: written once (by each node's main process with
+  ``save_on_each_node``);
+- ``random_states_<rank>.pkl`` and ``dataloader_<i>_<rank>.bin``: one per process, since each
+  process has its own random generators.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..ops.modeling import extract_model_from_parallel
+from ..ops.saving import save
+from ..state.partial import PartialState
+from ..utils.validation import invalid
+from .prepared import Prepared
+from .resumable import is_resumable
+
+MODEL_NAME = "pytorch_model"
+SAFE_MODEL_NAME = "model"
+RNG_STATE_NAME = "random_states"
+SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
+WEIGHTS_INDEX_NAME = "pytorch_model.bin.index.json"
+# Decimal units as Accelerate (via huggingface_hub) reads them, plus the binary ones.
+_SIZE_UNITS = {
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]I?B)\s*", re.IGNORECASE)
+_DEVICE_RNGS = ("cuda", "xpu")
+
+
+@dataclass
+class TrainingObjects:
+    """What a checkpoint holds, in the order the Accelerator prepared them."""
+
+    prepared: Prepared = field(default_factory=Prepared)
+    scaler: Any = None
+    step: int = 0  # batches into the current accumulation window
+    gradients: bool = False  # save the gradients accumulated so far (saved mid-window)
+    # The state dicts written as model files, in file order (None: every model's own).
+    weights: list[Any] | None = None
+    # The models filled from the model files, in file order (None: every model).
+    load_into: list[Any] | None = None
+
+
+def _suffix(name: str, index: int, extension: str) -> str:
+    return f"{name}{'' if index == 0 else f'_{index}'}.{extension}"
+
+
+def model_file(index: int, safe_serialization: bool) -> str:
+    """The file name of the ``index``-th model's weights."""
+    if safe_serialization:
+        return _suffix(SAFE_MODEL_NAME, index, "safetensors")
+    return _suffix(MODEL_NAME, index, "bin")
+
+
+def capture_rng_states() -> dict[str, Any]:
+    """This process's random states: Python, NumPy, torch, and initialised accelerators."""
+    states: dict[str, Any] = {"random": random.getstate(), "torch": torch.get_rng_state()}
+    try:
+        import numpy
+    except ImportError:
+        pass
+    else:
+        states["numpy"] = numpy.random.get_state()
+    for name in _DEVICE_RNGS:
+        module = getattr(torch, name, None)
+        if module is not None and module.is_initialized():
+            states[name] = module.get_rng_state_all()
+    return states
+
+
+def restore_rng_states(states: dict[str, Any]) -> None:
+    """Put back what :func:`capture_rng_states` returned."""
+    random.setstate(states["random"])
+    torch.set_rng_state(states["torch"])
+    if "numpy" in states:
+        import numpy
+
+        numpy.random.set_state(states["numpy"])
+    for name in _DEVICE_RNGS:
+        if name in states:
+            getattr(torch, name).set_rng_state_all(states[name])
+
+
+def _grads(model: Any) -> list[torch.Tensor | None]:
+    return [p.grad for p in extract_model_from_parallel(model).parameters()]
+
+
+def _writes_shared(save_on_each_node: bool) -> bool:
+    state = PartialState()
+    return state.is_local_main_process if save_on_each_node else state.is_main_process
+
+
+def save_training_state(
+    output_dir: str,
+    objects: TrainingObjects,
+    safe_serialization: bool = True,
+    save_on_each_node: bool = False,
+) -> str:
+    """Write every object of ``objects`` and this process's random states to ``output_dir``.
+
+    Call it on every process; it returns once every process has written its files.
+    """
+    state = PartialState()
+    os.makedirs(output_dir, exist_ok=True)
+    shared = _writes_shared(save_on_each_node)
+    weights = objects.weights
+    if weights is None:
+        weights = [extract_model_from_parallel(m).state_dict() for m in objects.prepared.models]
+    for i, state_dict in enumerate(weights):
+        path = os.path.join(output_dir, model_file(i, safe_serialization))
+        save(state_dict, path, save_on_each_node, safe_serialization)
+    if shared:
+        for name, items in (
+            ("optimizer", objects.prepared.optimizers),
+            ("scheduler", objects.prepared.schedulers),
+        ):
+            for i, item in enumerate(items):
+                torch.save(item.state_dict(), os.path.join(output_dir, _suffix(name, i, "bin")))
+        if objects.scaler is not None:
+            torch.save(objects.scaler.state_dict(), os.path.join(output_dir, "scaler.pt"))
+        for i, item in enumerate(objects.prepared.custom_objects):
+            torch.save(item.state_dict(), os.path.join(output_dir, f"custom_checkpoint_{i}.pkl"))
+    rank = state.process_index
+    for i, loader in enumerate(objects.prepared.dataloaders):
+        if is_resumable(loader):
+            path = os.path.join(output_dir, f"dataloader_{i}_{rank}.bin")
+            torch.save(loader.state_dict(), path)
+    if objects.gradients:
+        grads = [_grads(model) for model in objects.prepared.models]
+        torch.save(grads, os.path.join(output_dir, f"gradients_{rank}.bin"))
+    # Last, so that nothing above (a state_dict() that draws) shifts the saved generators.
+    with open(os.path.join(output_dir, f"{RNG_STATE_NAME}_{rank}.pkl"), "wb") as f:
+        pickle.dump({**capture_rng_states(), "step": objects.step}, f)
+    state.wait_for_everyone()
+    return output_dir
+
+
+def _load(path: str, map_location: Any, **kwargs: Any) -> Any:
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"{path} is missing: the checkpoint was saved with fewer objects of this kind than "
+            "are prepared now (prepare and register the same objects as when it was saved)"
+        )
+    return torch.load(path, map_location=map_location, weights_only=False, **kwargs)
+
+
+def load_training_state(input_dir: str, objects: TrainingObjects, load_kwargs: dict) -> int:
+    """Restore ``objects`` and this process's random states from ``input_dir``.
+
+    Returns:
+        The saved position in the accumulation window (``TrainingObjects.step``).
+
+    Raises:
+        FileNotFoundError: ``input_dir`` or one of the files it should hold is missing.
+    """
+    if not os.path.isdir(input_dir):
+        raise FileNotFoundError(f"input_dir={input_dir!r} is not a checkpoint directory")
+    state = PartialState()
+    device = state.device
+    targets = objects.prepared.models if objects.load_into is None else objects.load_into
+    for i, model in enumerate(targets):
+        inner = extract_model_from_parallel(model)
+        safe = os.path.join(input_dir, model_file(i, True))
+        if os.path.exists(safe):
+            from safetensors.torch import load_file
+
+            weights = load_file(safe, device="cpu")
+        else:
+            weights = _load(os.path.join(input_dir, model_file(i, False)), "cpu", **load_kwargs)
+        inner.load_state_dict(weights)
+    for name, items in (
+        ("optimizer", objects.prepared.optimizers),
+        ("scheduler", objects.prepared.schedulers),
+    ):
+        for i, item in enumerate(items):
+            item.load_state_dict(
+                _load(os.path.join(input_dir, _suffix(name, i, "bin")), device, **load_kwargs)
+            )
+    if objects.scaler is not None:
+        objects.scaler.load_state_dict(_load(os.path.join(input_dir, "scaler.pt"), "cpu"))
+    for i, item in enumerate(objects.prepared.custom_objects):
+        item.load_state_dict(_load(os.path.join(input_dir, f"custom_checkpoint_{i}.pkl"), "cpu"))
+    rank = state.process_index
+    for i, loader in enumerate(objects.prepared.dataloaders):
+        path = os.path.join(input_dir, f"dataloader_{i}_{rank}.bin")
+        if is_resumable(loader) and os.path.exists(path):
+            loader.load_state_dict(_load(path, "cpu"))
+    grads_path = os.path.join(input_dir, f"gradients_{rank}.bin")
+    saved_grads = _load(grads_path, "cpu") if os.path.exists(grads_path) else None
+    for i, model in enumerate(objects.prepared.models):
+        params = list(extract_model_from_parallel(model).parameters())
+        grads = saved_grads[i] if saved_grads else [None] * len(params)
+        for param, grad in zip(params, grads, strict=True):
+            param.grad = None if grad is None else grad.to(param.device)
+    rng_path = os.path.join(input_dir, f"{RNG_STATE_NAME}_{rank}.pkl")
+    if not os.path.exists(rng_path):
+        raise FileNotFoundError(
+            f"{rng_path} is missing: the checkpoint was saved by fewer processes than this job has"
+        )
+    with open(rng_path, "rb") as f:
+        states = pickle.load(f)
+    restore_rng_states(states)
+    return int(states.get("step", 0))
+
+
+def checkpoint_dirs(project_dir: str) -> list[str]:
+    """The automatic checkpoints of a project, oldest first."""
+    root = os.path.join(project_dir, "checkpoints")
+    if not os.path.isdir(root):
+        return []
+    named = [d for d in os.listdir(root) if d.startswith("checkpoint_")]
+    numbered = sorted((int(d.split("_", 1)[1]), d) for d in named if d.split("_", 1)[1].isdigit())
+    return [os.path.join(root, d) for _, d in numbered]
+
+
+def parse_shard_size(max_shard_size: Any) -> int:
+    """``max_shard_size`` in bytes: an int, or a string such as "10GB", "500MB" or "2GiB".
+
+    Raises:
+        TypeError, ValueError: not a positive int or a size with a unit (KB, MB, GB, TB,
+            KiB, MiB, GiB, TiB).
+    """
+    allowed = 'expected a positive int of bytes or a size such as "10GB", "500MB" or "2GiB"'
+    if isinstance(max_shard_size, int) and not isinstance(max_shard_size, bool):
+        if max_shard_size < 1:
+            raise invalid("max_shard_size", max_shard_size, allowed)
+        return max_shard_size
+    if not isinstance(max_shard_size, str):
+        raise invalid("max_shard_size", max_shard_size, allowed, TypeError)
+    match = _SIZE.fullmatch(max_shard_size)
+    size = int(float(match[1]) * _SIZE_UNITS[match[2].upper()]) if match else 0
+    if size < 1:
+        raise invalid("max_shard_size", max_shard_size, allowed)
+    return size
+
+
+def shard_state_dict(
+    state_dict: dict[str, torch.Tensor], max_bytes: int
+) -> list[dict[str, torch.Tensor]]:
+    """``state_dict`` cut, in order, into dicts of at most ``max_bytes`` of tensor data.
+
+    A tensor larger than ``max_bytes`` gets a shard of its own; an empty dict gives one empty
+    shard.
+    """
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    used = 0
+    for name, tensor in state_dict.items():
+        size = tensor.numel() * tensor.element_size()
+        if shards[-1] and used + size > max_bytes:
+            shards.append({})
+            used = 0
+        shards[-1][name] = tensor
+        used += size
+    return shards
+
+
+def _shard_names(safe_serialization: bool, count: int) -> list[str]:
+    whole = model_file(0, safe_serialization)
+    if count == 1:
+        return [whole]
+    stem, extension = whole.split(".", 1)
+    return [f"{stem}-{i:05d}-of-{count:05d}.{extension}" for i in range(1, count + 1)]
+
+
+def _remove_stale(directory: str, safe_serialization: bool, keep: list[str]) -> None:
+    """Delete the weights files (and index) of an earlier save that this one does not write."""
+    whole = model_file(0, safe_serialization)
+    stem, extension = whole.split(".", 1)
+    pattern = re.compile(rf"{re.escape(stem)}-\d{{5}}-of-\d{{5}}\.{re.escape(extension)}")
+    index = SAFE_WEIGHTS_INDEX_NAME if safe_serialization else WEIGHTS_INDEX_NAME
+    keep = keep + [index] if len(keep) > 1 else keep
+    for name in os.listdir(directory):
+        ours = name in (whole, index) or pattern.fullmatch(name) is not None
+        path = os.path.join(directory, name)
+        if ours and name not in keep and os.path.isfile(path):
+            os.remove(path)
+
+
+def save_model_files(
+    state_dict: dict[str, torch.Tensor],
+    directory: str,
+    max_bytes: int,
+    safe_serialization: bool = True,
+    save_on_each_node: bool = False,
+) -> list[str]:
+    """Write ``state_dict`` into ``directory`` as one weights file or as shards with an index.
+
+    Call it on every process: only the main process (each node's with ``save_on_each_node``)
+    writes. Shards are named ``model-00001-of-00003.safetensors`` (``pytorch_model-...bin``)
+    and listed in ``model.safetensors.index.json`` (``pytorch_model.bin.index.json``); shards
+    and an index left by an earlier save into the same directory are removed.
+
+    Returns:
+        The names of the weights files, in order.
+    """
+    shards = shard_state_dict(state_dict, max_bytes)
+    names = _shard_names(safe_serialization, len(shards))
+    os.makedirs(directory, exist_ok=True)
+    writer = _writes_shared(save_on_each_node)
+    for name, shard in zip(names, shards, strict=True):
+        save(shard, os.path.join(directory, name), save_on_each_node, safe_serialization)
+    if writer and len(shards) > 1:
+        index = {
+            "metadata": {
+                "total_size": sum(t.numel() * t.element_size() for t in state_dict.values())
+            },
+            "weight_map": {
+                key: name for name, shard in zip(names, shards, strict=True) for key in shard
+            },
+        }
+        index_name = SAFE_WEIGHTS_INDEX_NAME if safe_serialization else WEIGHTS_INDEX_NAME
+        with open(os.path.join(directory, index_name), "w", encoding="utf-8") as f:
+            f.write(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    if writer:  # last, so that a save that fails removes nothing
+        _remove_stale(directory, safe_serialization, names)
+    return names

@@ -1,0 +1,145 @@
+"""The launcher interface: one class per start method, each starting a whole group of workers."""
+
+from __future__ import annotations
+
+from abc import ABC
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+import torch.multiprocessing as tmp
+
+from ...protocol.channel import LineSplitter
+from ...protocol.names import WORKER_ENTRY, entry_point
+from ...protocol.spec import WorkerSpec
+from ..processes import kill_tree
+
+
+@dataclass(eq=False)
+class WorkerHandle:
+    """The kernel's view of one running worker."""
+
+    rank: int
+    local_rank: int
+    process: Any
+    events: Any  # read end of the worker's event pipe
+    streams: dict[Any, LineSplitter]  # read end of each output pipe -> its line splitter
+    status: str = "starting"  # starting, running, finished, failed, stopped
+    pid: int | None = None
+    result: bytes | None = None
+    failed: Any = None  # the WorkerFailed event, if one arrived
+    exitcode: int | None = None
+    started_at: float = 0.0
+    last_alive: float = 0.0
+    cpu_seen: float = 0.0
+    capture: list[str] | None = field(default=None, repr=False)
+    node_rank: int | None = None  # set in multi-node launches, for failure reports
+
+    @property
+    def exited(self) -> bool:
+        return self.exitcode is not None
+
+    @property
+    def closed(self) -> bool:
+        return self.events.closed
+
+    def close(self) -> None:
+        for conn in [self.events, *self.streams]:
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+    def discard(self) -> None:
+        """Kill the worker and everything it started, and release its pipes."""
+        kill_tree(self.pid)
+        self.process.join(1.0)
+        self.close()
+
+
+class Launcher(ABC):
+    """Starts the worker processes of a launch with one start method.
+
+    Attributes:
+        start_method: the name ``notebook_launcher(start_method=...)`` and the plan use.
+        selectable: whether users choose it with ``start_method=`` (XLA's is chosen by the
+            device instead).
+        ships_by_value: whether the function and its arguments travel pickled (so they are
+            checked for picklability first) rather than inherited.
+        pickle_advice: why they must pickle and what to do when they do not.
+    """
+
+    start_method: str
+    selectable: bool = True
+    ships_by_value: bool = False
+    pickle_advice: str = ""
+
+    def __init__(self) -> None:
+        self.context = tmp.get_context(self.start_method)
+
+    @classmethod
+    def check_group(cls, num_processes: int, num_nodes: int, devices: int) -> None:
+        """Refuse (ValueError) a group this start method cannot start: ``num_processes`` per
+        node on ``num_nodes`` nodes, with ``devices`` devices on this one."""
+
+    def payload(self, function: Any, args: tuple) -> Any:
+        """What carries the user's function and arguments into the worker."""
+        if self.ships_by_value:
+            # By value, so functions, lambdas and classes defined in notebook cells need no
+            # importable module. Picklability was checked (and explained) by the preflight.
+            return cloudpickle.dumps((function, args))
+        return (function, args)  # inherited, never pickled
+
+    def prepare(self) -> None:
+        """Work done once in the kernel before the first worker starts."""
+
+    def start_group(self, specs: list[WorkerSpec], payload: Any, now: float) -> list[WorkerHandle]:
+        """Start a worker for each spec (in local-rank order) and return their handles.
+
+        If one cannot start, the ones already started are killed before the error is raised.
+        """
+        handles: list[WorkerHandle] = []
+        try:
+            for spec in specs:
+                handles.append(self.start(spec, payload, now))
+        except BaseException:
+            for handle in handles:
+                handle.discard()
+            raise
+        return handles
+
+    def start(self, spec: WorkerSpec, payload: Any, now: float) -> WorkerHandle:
+        """Start one worker process running the worker bootstrap."""
+        ctx = self.context
+        events_r, events_w = ctx.Pipe(duplex=False)
+        out_r, out_w = ctx.Pipe(duplex=False)
+        err_r, err_w = ctx.Pipe(duplex=False)
+        rank = spec.context.rank
+        process = ctx.Process(
+            target=entry_point(WORKER_ENTRY),
+            args=(spec, payload, events_w, out_w, err_w),
+            name=f"notebook_launcher-rank{rank}",
+            daemon=False,  # daemonic processes may not start DataLoader workers
+        )
+        try:
+            process.start()
+        except BaseException:
+            for conn in (events_r, out_r, err_r):
+                conn.close()
+            raise
+        finally:
+            # The kernel keeps only read ends, so EOF arrives once the worker's side is gone,
+            # and workers started later do not inherit this worker's write ends.
+            for conn in (events_w, out_w, err_w):
+                conn.close()
+        return WorkerHandle(
+            rank=rank,
+            local_rank=spec.context.local_rank,
+            process=process,
+            events=events_r,
+            streams={out_r: LineSplitter(rank, "stdout"), err_r: LineSplitter(rank, "stderr")},
+            pid=process.pid,
+            started_at=now,
+            last_alive=now,
+            node_rank=spec.context.node_rank if spec.context.num_nodes > 1 else None,
+        )

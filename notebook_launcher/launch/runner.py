@@ -1,0 +1,155 @@
+"""Running a validated plan: preflight, start, supervise, restart on failure, collect results."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..protocol.context import WorkerContext
+from ..protocol.spec import WorkerSpec
+from .errors import AttemptFailed
+from .launchers import LAUNCHERS, Launcher, WorkerHandle
+from .output import OutputSink
+from .plan import LaunchPlan
+from .preflight import run_preflight
+from .rendezvous import open_rendezvous
+from .result import LaunchResult
+from .signals import interrupts_deferred
+from .supervisor import Supervisor
+
+logger = logging.getLogger(__name__)
+
+
+def launch(
+    function: Callable[..., Any],
+    args: tuple,
+    plan: LaunchPlan,
+    listeners: tuple[Callable[[object], None], ...] = (),
+    stop: threading.Event | None = None,
+    streams: tuple[Any, Any] | None = None,
+) -> LaunchResult:
+    """Run a validated plan: preflight, start, supervise, restart on failure, collect results.
+
+    ``listeners`` get every event; setting ``stop`` tears the run down (LaunchStoppedError);
+    ``streams`` replace the kernel's stdout and stderr for worker lines.
+    """
+    plan = run_preflight(function, args, plan)
+    launcher = LAUNCHERS[plan.start_method]()
+    launcher.prepare()
+    payload = launcher.payload(function, args)
+    stdout, stderr = streams or (None, None)
+    sink = OutputSink(
+        plan.output,
+        lambda rank: plan.prefix(rank, rank % plan.num_processes),
+        stdout=stdout,
+        stderr=stderr,
+    )
+    started = time.monotonic()
+    deadline = None if plan.timeout is None else started + plan.timeout
+    rendezvous = open_rendezvous(plan, sink.notice)  # shared by the nodes of a multi-node launch
+    try:
+        for restart in range(plan.max_restarts + 1):
+            try:
+                payloads = _attempt(
+                    plan, rendezvous, launcher, payload, restart, deadline, sink, listeners, stop
+                )
+            except AttemptFailed as failed:
+                if restart < plan.max_restarts:
+                    if getattr(failed.error, "stacks", None):  # a stall: its report is not raised
+                        sink.notice(f"notebook_launcher: {failed.error}")
+                    logger.info(
+                        "restarting all %d processes (restart %d of %d) after: %s",
+                        plan.world_size,
+                        restart + 1,
+                        plan.max_restarts,
+                        failed.summary,
+                    )
+                    sink.notice(
+                        f"notebook_launcher: {failed.summary}; restarting all {plan.world_size} "
+                        f"processes (restart {restart + 1} of {plan.max_restarts})"
+                    )
+                    continue
+                raise failed.error from failed.error.__cause__
+            values = [pickle.loads(p) for p in payloads]
+            return LaunchResult(values, restarts=restart, duration=time.monotonic() - started)
+    finally:
+        with interrupts_deferred():
+            rendezvous.close()
+    raise AssertionError("unreachable")
+
+
+def _attempt(
+    plan: LaunchPlan,
+    rendezvous: Any,
+    launcher: Launcher,
+    payload: Any,
+    restart: int,
+    deadline: float | None,
+    sink: OutputSink,
+    listeners: tuple[Callable[[object], None], ...],
+    stop: threading.Event | None = None,
+) -> list[bytes]:
+    # Joins the other nodes of a multi-node launch first; tells them if this attempt fails.
+    with rendezvous.attempt(restart) as attempt:
+        plan = attempt.plan  # a c10d rendezvous assigns this node's rank
+        handles: list[WorkerHandle] = []
+        supervisor = None
+        interrupted = False
+        try:
+            specs = [_spec(plan, r, attempt.port, restart) for r in range(plan.num_processes)]
+            with interrupts_deferred():  # started workers are always recorded, so torn down
+                handles = launcher.start_group(specs, payload, time.monotonic())
+            attempt.workers_started()
+            supervisor = Supervisor(
+                handles,
+                sink,
+                plan.stall_timeout,
+                plan.monitor_interval,
+                listeners,
+                stop=stop,
+                watch=attempt.watch,
+            )
+            payloads = supervisor.run(deadline)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            with interrupts_deferred():
+                # Whatever happened, nothing of this attempt survives it.
+                if supervisor is None:
+                    supervisor = Supervisor(handles, sink, plan.stall_timeout, 0.1, listeners)
+                supervisor.teardown()
+        if interrupted:
+            # A fresh exception, without the supervisor's frame the signal happened to hit:
+            # that frame says nothing to the user, and on Python 3.11 it can sit at a bytecode
+            # without a line number, which IPython then fails to format.
+            raise KeyboardInterrupt("the kernel was interrupted; every worker has been stopped")
+        attempt.finish(deadline)  # multi-node: the other nodes' ranks have returned too
+        return payloads
+
+
+def _spec(plan: LaunchPlan, local_rank: int, port: int, restart: int) -> WorkerSpec:
+    context = WorkerContext(
+        rank=plan.global_rank(local_rank),
+        local_rank=local_rank,
+        world_size=plan.world_size,
+        local_world_size=plan.num_processes,
+        node_rank=plan.node_rank,
+        num_nodes=plan.num_nodes,
+        master_addr=plan.master_addr,
+        master_port=port,
+        device=plan.device,
+        mixed_precision=plan.mixed_precision,
+        restart_count=restart,
+    )
+    return WorkerSpec(
+        context=context,
+        parent_pid=os.getpid(),
+        threads=plan.threads_per_process,
+        rdzv_id=plan.rdzv_id,
+        max_restarts=plan.max_restarts,
+    )

@@ -1,0 +1,110 @@
+"""The record of a failed rank, as the kernel reports it and as a torchrun worker prints it."""
+
+from __future__ import annotations
+
+import pickle
+import signal
+from dataclasses import dataclass, field
+
+from .events import WorkerFailed
+
+SECONDARY_MARKS = ("connection closed by peer", "connection reset", "broken pipe")
+
+
+def exit_description(exitcode: int | None) -> str:
+    """'exit code 3', 'signal SIGKILL' or 'no exit code' for a process exit status."""
+    if exitcode is None:
+        return "no exit code (still running when stopped)"
+    if exitcode < 0:
+        try:
+            return f"signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+def looks_secondary(exc_type: str, message: str) -> bool:
+    """Whether an exception looks like the consequence of a peer going away (a collective whose
+    other side died) rather than a failure of its own."""
+    if "DistBackendError" in exc_type or "DistNetworkError" in exc_type:
+        return True
+    text = message.lower()
+    return any(mark in text for mark in SECONDARY_MARKS)
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """Everything known about the rank whose failure ended a launch."""
+
+    rank: int
+    local_rank: int
+    pid: int | None
+    exitcode: int | None
+    exc_type: str | None  # qualified name of the original exception, None if the process died
+    message: str
+    traceback: str
+    last_lines: tuple[str, ...] = ()
+    payload: bytes | None = field(default=None, repr=False)
+    node_rank: int | None = None  # set in multi-node launches
+
+    @classmethod
+    def from_event(
+        cls,
+        event: WorkerFailed,
+        *,
+        local_rank: int,
+        pid: int | None,
+        exitcode: int | None,
+        last_lines: tuple[str, ...] = (),
+        node_rank: int | None = None,
+    ) -> WorkerFailure:
+        """The failure a worker reported, with what the reader knows about its process."""
+        return cls(
+            rank=event.rank,
+            local_rank=local_rank,
+            pid=pid,
+            exitcode=exitcode,
+            exc_type=event.exc_type,
+            message=event.message,
+            traceback=event.traceback,
+            last_lines=last_lines,
+            payload=event.payload,
+            node_rank=node_rank,
+        )
+
+    @property
+    def exit(self) -> str:
+        return exit_description(self.exitcode)
+
+    def headline(self) -> str:
+        node = "" if self.node_rank is None else f"node {self.node_rank}, "
+        where = f"rank {self.rank} ({node}local rank {self.local_rank}, pid {self.pid})"
+        if self.exc_type is None:
+            return f"{where} died with {self.exit}: {self.message}"
+        short = self.exc_type.rsplit(".", 1)[-1]
+        return f"{where} failed with {self.exit}: {short}: {self.message}"
+
+    def report(
+        self, stopped: tuple[int, ...], include_traceback: bool = True, include_lines: bool = True
+    ) -> str:
+        lines = [self.headline()]
+        if stopped:
+            ranks = ", ".join(str(r) for r in stopped)
+            lines.append(f"Stopped because of this failure: rank {ranks}.")
+        if include_traceback and self.traceback:
+            title = "Traceback" if self.exc_type is not None else "Crash report"
+            lines += ["", f"{title} of rank {self.rank}:", self.traceback.rstrip()]
+        if include_lines and self.last_lines:
+            lines += ["", f"Last lines printed by rank {self.rank}:"]
+            lines += [f"  {line}" for line in self.last_lines]
+        return "\n".join(lines)
+
+    def original_exception(self) -> BaseException | None:
+        """The worker's exception, rebuilt in the kernel, or None if it did not survive pickling."""
+        if self.payload is None:
+            return None
+        try:
+            exc = pickle.loads(self.payload)
+        except Exception:
+            return None
+        return exc if isinstance(exc, BaseException) else None

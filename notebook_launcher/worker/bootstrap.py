@@ -1,0 +1,194 @@
+"""Child bootstrap: everything a worker process does before and after the user's function."""
+
+from __future__ import annotations
+
+import dataclasses
+import faulthandler
+import os
+import pickle
+import sys
+import time
+from typing import Any
+
+import cloudpickle
+import torch
+
+from ..protocol.channel import EventChannel
+from ..protocol.context import WorkerContext, set_context
+from ..protocol.events import WorkerFailed, WorkerFinished, WorkerStarted
+from ..protocol.names import STACK_DUMP_SIGNAL
+from ..protocol.spec import WorkerSpec
+from ..state import reset_state
+from ..utils.processes import die_with_parent
+from ..utils.tree import to_cpu
+from . import live
+
+
+def torchrun_environment(ctx: WorkerContext, spec: WorkerSpec) -> dict[str, str]:
+    """The variables torchrun would give this worker, so third-party code sees a normal job."""
+    return {
+        "RANK": str(ctx.rank),
+        "LOCAL_RANK": str(ctx.local_rank),
+        "WORLD_SIZE": str(ctx.world_size),
+        "LOCAL_WORLD_SIZE": str(ctx.local_world_size),
+        "GROUP_RANK": str(ctx.node_rank),
+        "GROUP_WORLD_SIZE": str(ctx.num_nodes),
+        "ROLE_RANK": str(ctx.rank),
+        "ROLE_WORLD_SIZE": str(ctx.world_size),
+        "ROLE_NAME": "default",
+        "MASTER_ADDR": ctx.master_addr,
+        "MASTER_PORT": str(ctx.master_port),
+        # The kernel hosts the rendezvous store (as torchrun's agent does), so every rank,
+        # rank 0 included, connects to it as a client and no worker binds a port of its own.
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "TORCHELASTIC_RESTART_COUNT": str(ctx.restart_count),
+        "TORCHELASTIC_MAX_RESTARTS": str(spec.max_restarts),
+        "TORCHELASTIC_RUN_ID": spec.rdzv_id,
+        "OMP_NUM_THREADS": str(spec.threads),
+        "ACCELERATE_MIXED_PRECISION": ctx.mixed_precision,
+    }
+
+
+def redirect_streams(stdout_conn: Any, stderr_conn: Any) -> None:
+    """Point fds 1 and 2 at the kernel's pipes so C-level output is captured too."""
+    inherited = (sys.stdout, sys.stderr)
+    for conn, fd in ((stdout_conn, 1), (stderr_conn, 2)):
+        os.dup2(conn.fileno(), fd)
+        conn.close()
+    # Fresh line-buffered text streams on the new fds replace whatever the kernel had
+    # (ipykernel's OutStream would route output through the kernel's sockets).
+    sys.stdout = sys.__stdout__ = open(  # noqa: SIM115
+        1, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False
+    )
+    sys.stderr = sys.__stderr__ = open(  # noqa: SIM115
+        2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False
+    )
+    for old, new in zip(inherited, (sys.stdout, sys.stderr), strict=True):
+        _forward_kernel_stream(old, new)
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
+
+
+def _forward_kernel_stream(old: Any, new: Any) -> None:
+    """Make a forked copy of the kernel's stream object write through ``new``.
+
+    Objects set up in the notebook before the launch (a ``logging`` handler, a progress bar) keep
+    the kernel's ``sys.stdout``/``sys.stderr``. In a forked worker ipykernel's copy would publish
+    straight to the notebook, unlabelled and in fragments mixed with other ranks' output.
+    """
+    iostream = sys.modules.get("ipykernel.iostream")
+    if iostream is None or not isinstance(old, iostream.OutStream):
+        return
+    old.write, old.writelines, old.flush = new.write, new.writelines, new.flush
+
+
+def set_up_process(spec: WorkerSpec) -> None:
+    """The torchrun environment, torch's thread count, and no singleton inherited from the kernel
+    (a forked worker starts from a clean slate)."""
+    os.environ.update(torchrun_environment(spec.context, spec))
+    torch.set_num_threads(spec.threads)
+    reset_state()
+
+
+def _dumps(value: Any) -> bytes:
+    """Pickle ``value`` for the kernel: by reference where the kernel can look it up, else by value.
+
+    Plain pickle first, so that a class or exception defined in the kernel's ``__main__`` (a
+    notebook cell) comes back as the kernel's own class under fork (``isinstance`` and ``except``
+    work); cloudpickle would send a copy of the class. Anything plain pickle refuses (lambdas,
+    local classes, classes cloudpickle rebuilt under spawn) goes by value with cloudpickle.
+    """
+    try:
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return cloudpickle.dumps(value)
+
+
+def _failure(rank: int, exc: BaseException) -> WorkerFailed:
+    try:
+        payload = _dumps(exc)
+        pickle.loads(payload)
+    except Exception:
+        payload = None
+    return WorkerFailed.from_exception(rank, exc, payload)
+
+
+def _result_event(rank: int, value: Any) -> WorkerFinished:
+    try:
+        payload = _dumps(to_cpu(value))
+    except Exception as exc:
+        raise TypeError(
+            f"rank {rank} returned a value that cannot be pickled and sent back to the kernel: "
+            f"{type(value).__name__} ({exc}). Return plain Python objects or tensors."
+        ) from exc
+    return WorkerFinished(rank=rank, payload=payload, time=time.time())
+
+
+def call_function(spec: WorkerSpec, payload: Any, channel: EventChannel) -> int:
+    """Run the user's function, report its result or failure; the process's exit code."""
+    rank = spec.context.rank
+    try:
+        if isinstance(payload, bytes):  # spawn ships (function, args) by value
+            payload = cloudpickle.loads(payload)
+        function, args = payload
+        channel.send(WorkerStarted(rank=rank, pid=os.getpid(), time=time.time()))
+        try:
+            value = function(*args)
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                raise
+            value = None
+        event = _result_event(rank, value)
+    except BaseException as exc:  # report everything, KeyboardInterrupt included
+        _send_live()
+        flush_streams()
+        channel.send(_failure(rank, exc))
+        code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
+        return code or 1
+    _send_live()
+    flush_streams()
+    channel.send(event)
+    return 0
+
+
+def _send_live() -> None:
+    """Send what the function logged (metrics, progress, status) ahead of its last event, so the
+    kernel holds every value a rank logged before it returned."""
+    try:
+        live.flush()
+    except Exception:  # a broken pipe: the last event will fail to send as well
+        pass
+
+
+def flush_streams() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def shutdown_process_group() -> None:
+    """Destroy the default process group if the function left one."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:
+        pass
+
+
+def run_worker(
+    spec: WorkerSpec, payload: Any, event_conn: Any, stdout_conn: Any, stderr_conn: Any
+) -> None:
+    """Entry point of every worker process (the target of ``Process``)."""
+    die_with_parent(spec.parent_pid)
+    redirect_streams(stdout_conn, stderr_conn)
+    set_up_process(spec)
+    channel = EventChannel(event_conn)
+    set_context(dataclasses.replace(spec.context, channel=channel))
+    code = call_function(spec, payload, channel)
+    shutdown_process_group()
+    flush_streams()
+    event_conn.close()
+    sys.exit(code)

@@ -1,0 +1,208 @@
+"""The package's import layers, read from the source: which parts may import which, and no circles.
+
+Every module of ``notebook_launcher`` is parsed (nothing is imported); each ``import`` and
+``from ... import`` naming a module of the package is an edge, at module level or inside a
+function alike. Importing ``a.b.c`` from outside ``a.b`` also runs ``a/b/__init__.py``, so that is
+an edge too (the root package, the public facade everyone passes through, excepted).
+
+The parts and the rules (README, "Layout"):
+
+* ``utils`` imports no other part; ``protocol`` only ``utils``; ``backends`` only those two.
+* The kernel side (``launch``, ``ui``, ``panel``) and the worker side (``worker``, ``state``,
+  ``data``, ``ops``, ``accelerator``) import only each other's common ground: ``protocol``,
+  ``backends`` and ``utils``. ``ui`` never imports ``launch`` or ``panel``; ``launch`` never
+  imports ``panel``.
+* On the worker side, ``state`` imports no other worker part, ``ops`` only ``state``, ``data``
+  those two, ``worker`` only ``state``; ``accelerator`` sits on top.
+* Module-level imports form no circle (the order of imports can never break ``import``), and
+  neither do all imports together: an import moved into a function must not hide a circle.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+PACKAGE = "notebook_launcher"
+ROOT = Path(os.environ.get("LAYERS_ROOT", Path(__file__).resolve().parent.parent)) / PACKAGE
+
+COMMON = {"protocol", "backends", "utils"}
+KERNEL = {"launch", "ui", "panel"}
+WORKER = {"worker", "state", "data", "ops", "accelerator"}
+TOP = {"__init__", "demo", "run"}  # the public facade and the two command-line entry points
+ALLOWED = {
+    "utils": {"utils"},
+    "protocol": {"protocol", "utils"},
+    "backends": {"backends", "protocol", "utils"},
+    "ui": {"ui", "protocol", "utils"},
+    "launch": {"launch", "ui"} | COMMON,
+    "panel": KERNEL | COMMON,
+    "state": {"state"} | COMMON,
+    "ops": {"ops", "state"} | COMMON,
+    "data": {"data", "ops", "state"} | COMMON,
+    "worker": {"worker", "state"} | COMMON,
+    "accelerator": WORKER | COMMON,
+}
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Module name -> (file, is a package's __init__)."""
+    found = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        package = parts[-1] == "__init__"
+        found[".".join(parts[:-1] if package else parts)] = (path, package)
+    return found
+
+
+MODULES = _modules()
+
+
+def _absolute(module: str, package: bool, level: int, name: str | None) -> str:
+    base = module.split(".") if package else module.split(".")[:-1]
+    base = base[: len(base) - level + 1]
+    return ".".join(base + ([name] if name else []))
+
+
+def _targets(module: str, package: bool, node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Import):
+        named = [alias.name for alias in node.names]
+    else:
+        assert isinstance(node, ast.ImportFrom)
+        source = node.module or ""
+        if node.level:
+            source = _absolute(module, package, node.level, node.module)
+        named = [
+            f"{source}.{alias.name}" if f"{source}.{alias.name}" in MODULES else source
+            for alias in node.names
+        ]
+    targets = []
+    for name in named:
+        if name.split(".")[0] != PACKAGE:
+            continue
+        while name not in MODULES:  # ``import a.b.c`` of a name that is an attribute
+            name = name.rpartition(".")[0]
+        targets.append(name)
+        # Packages above the target that the importer is not inside run their __init__ first.
+        parts = name.split(".")
+        for depth in range(2, len(parts)):
+            above = ".".join(parts[:depth])
+            if not module.startswith(above + ".") and module != above:
+                targets.append(above)
+    return targets
+
+
+def _walk(node: ast.AST, top: bool = True):
+    """Every import statement under ``node``, with whether it runs when the module is imported
+    (module and class bodies) rather than when a function is called."""
+    for child in ast.iter_child_nodes(node):
+        inner = top and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        if isinstance(child, (ast.Import, ast.ImportFrom)):
+            yield child, inner
+        yield from _walk(child, inner)
+
+
+def _imports() -> dict[str, set[tuple[str, bool]]]:
+    """Module -> {(imported module, at module level)}."""
+    edges: dict[str, set[tuple[str, bool]]] = {}
+    for module, (path, package) in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        edges[module] = {
+            (target, top)
+            for node, top in _walk(tree)
+            for target in _targets(module, package, node)
+            if target != module
+        }
+    return edges
+
+
+IMPORTS = _imports()
+
+
+def part(module: str) -> str:
+    """The part a module belongs to: the folder (or root module) under the package."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_every_module_belongs_to_a_part():
+    known = set(ALLOWED) | TOP
+    strays = sorted(m for m in MODULES if part(m) not in known)
+    assert not strays, f"modules outside the layout (README, 'Layout'): {strays}"
+
+
+def test_each_part_imports_only_what_its_layer_allows():
+    broken = []
+    for module, targets in sorted(IMPORTS.items()):
+        allowed = ALLOWED.get(part(module))
+        if allowed is None:  # the facade, the entry points (and strays, reported above)
+            continue
+        for target, _ in sorted(targets):
+            if part(target) not in allowed:
+                broken.append(f"{module} -> {target}")
+    assert not broken, "imports across the layers:\n" + "\n".join(broken)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(sorted(component))
+    return components
+
+
+def _graph(module_level_only: bool) -> dict[str, set[str]]:
+    return {
+        module: {
+            target
+            for target, top in targets
+            if target != PACKAGE and (top or not module_level_only)
+        }
+        for module, targets in IMPORTS.items()
+        if module != PACKAGE
+    }
+
+
+def test_module_level_imports_form_no_circle():
+    circles = _cycles(_graph(module_level_only=True))
+    assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+def test_no_circle_hides_in_imports_inside_functions():
+    circles = _cycles(_graph(module_level_only=False))
+    assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
