@@ -40,6 +40,7 @@ from .launch import (
     notebook_launcher,
     plan_launch,
 )
+from .launch import warmup as _warmup
 from .ops import (
     DistributedOperationException,
     broadcast,
@@ -103,6 +104,10 @@ __version__ = "0.1.0"
 # The package logs restarts, port fallbacks and teardowns to the "notebook_launcher" logger;
 # silent unless the application configures logging (logging.basicConfig(level=logging.INFO)).
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())
+
+# In a Jupyter kernel, what the first launch would import starts now, in the background.
+if _warmup.in_interactive_kernel():
+    _warmup.start_in_background()
 
 __all__ = [
     "AcceleratedOptimizer",
