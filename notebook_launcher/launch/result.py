@@ -29,7 +29,7 @@ class LaunchResult(Sequence):
     def show(self) -> None:
         """Show the run's final status table and metric charts again.
 
-        In a notebook as static HTML with inline SVG (kept in saved and exported notebooks, as
+        In a notebook as static HTML with SVG images (kept in saved and exported notebooks, as
         the copy the launch left in its cell is), as text elsewhere; displaying
         ``result.panel`` does the same.
 

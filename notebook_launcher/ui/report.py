@@ -15,9 +15,10 @@ from .render import compact_html, status_html, status_text, summary_line
 class RunPanel:
     """A run's status table and metric charts, drawn from its final model.
 
-    Displaying it shows static HTML with inline SVG (no script, no widget: kept in saved and
-    exported notebooks and shown by any viewer) and, as text, one deterministic line. A run that
-    logged nothing (no metrics, progress or status) is drawn in one line.
+    Displaying it shows static HTML with the charts as SVG images (no script, no widget: kept in
+    saved and exported notebooks, shown without a kernel or a network) and, as text, one line
+    without timings. A run that logged nothing (no metrics, progress or status) is drawn in one
+    line.
 
     Args:
         model: the run's model.
