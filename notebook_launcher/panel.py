@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import socket
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,7 @@ from .launch.preflight import check_args, check_function
 from .launch.settings import plan_launch
 from .ui.widgets import widget_bundle
 from .utils.enums import MIXED_PRECISION_CHOICES
+from .utils.environment import in_kernel
 
 
 def machine_processes() -> int:
@@ -74,6 +76,9 @@ class LaunchPanel:
         max_processes: the most processes offered; default one per GPU, else per usable core.
         **options: any other :func:`notebook_launcher` keyword, passed to every launch.
 
+    Once a run ends its live panels leave the widget, and a static copy of its final table and
+    charts is shown under it (kept in the saved notebook).
+
     Attributes:
         widget: the panel (an ipywidgets ``VBox``).
         handle: the :class:`LaunchHandle` of the latest run, or None.
@@ -111,6 +116,7 @@ class LaunchPanel:
             raise TypeError("ui= is not valid here: the panel always shows widgets")
         self.options = options
         self.handle: LaunchHandle | None = None
+        self.display_id: str | None = None  # of the output under the panel that keeps a run
         # Every setting is checked once now, so a bad one is reported where it was written.
         plan_launch(
             num_processes=num_processes,
@@ -216,6 +222,7 @@ class LaunchPanel:
             self.message.value = _error_html(exc)
             return None
         self.handle = handle
+        self._keep({})  # the previous run's copy gives way to the live panels
         self.runs.children = (handle.view.widget,)
         self.message.value = "running…"
         self.launch_button.disabled = True
@@ -232,17 +239,37 @@ class LaunchPanel:
         return self.handle.stop(timeout)
 
     def _ended(self, handle: LaunchHandle) -> None:
-        if handle.exception is None:
+        if handle.status == "finished":
             self.message.value = f"finished in {handle.result.duration:.1f} s"
+        elif handle.status == "stopped":  # the user's own stop: not an error
+            self.message.value = (
+                '<span class="nl-run-stopped" style="color:#6b7280">'
+                f"stopped after {handle.model.elapsed():.1f} s</span>"
+            )
         else:
             self.message.value = _error_html(handle.exception)
+        if self._keep(handle.view.final_panel()._repr_mimebundle_()):
+            self.runs.children = ()
+            handle.view.close()
         self.launch_button.disabled = False
         self.stop_button.disabled = True
+
+    def _keep(self, bundle: dict[str, Any]) -> bool:
+        """Show ``bundle`` in the output under the panel; False where the panel is not shown."""
+        if self.display_id is None or not in_kernel():
+            return False
+        from IPython.display import update_display
+
+        update_display(bundle, raw=True, display_id=self.display_id)
+        return True
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
         display(widget_bundle(self.widget), raw=True)
+        # Below it, an output with no data (drawn as nothing) that a run's final panel fills.
+        self.display_id = self.display_id or f"notebook_launcher-panel-{uuid.uuid4().hex}"
+        display({}, raw=True, display_id=self.display_id)
 
     def __repr__(self) -> str:
         name = getattr(self.function, "__qualname__", "function")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import pickle
 import re
 import signal
 import sys
@@ -86,6 +87,27 @@ class LaunchSpecificError(Exception):
         super().__init__(code, detail)
         self.code = code
         self.detail = detail
+
+
+def test_ipython_shows_the_report_without_the_launchers_frames_and_the_error_still_pickles():
+    with pytest.raises(ValueError) as info:
+        launch(raise_on_rank_1, args=("bad batch",), num_processes=2)
+    error = info.value
+    shown = error._render_traceback_()  # what IPython calls instead of formatting frames
+    assert shown[0] == "ValueError: bad batch"  # no colours outside IPython
+    text = "\n".join(shown)
+    assert text.count("Stopped because of this failure: rank 0.") == 1
+    assert "in raise_on_rank_1" in text and "raise ValueError(message)" in text
+    assert "notebook_launcher/" not in text  # the kernel's and the worker bootstrap's frames
+    assert "in test_ipython_shows_the_report" in text.split("Raised where the launch")[1]
+    copy = pickle.loads(pickle.dumps(error))
+    assert copy._render_traceback_()[0] == "ValueError: bad batch"
+
+    with pytest.raises(WorkersFailedError) as info:
+        launch(exit_3_on_rank_1, num_processes=2)
+    shown = "\n".join(info.value._render_traceback_())
+    assert shown.startswith("WorkersFailedError: rank 1 (local rank 1, pid ")
+    assert "notebook_launcher/" not in shown
 
 
 def raise_custom():

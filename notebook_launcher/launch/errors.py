@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import re
+import sys
+import sysconfig
+import traceback
+
 from ..protocol.failure import WorkerFailure
+from ..utils.cells import code_name
 
 
 class LaunchError(RuntimeError):
-    """Base class of the errors the launcher raises itself."""
+    """Base class of the errors the launcher raises itself.
+
+    In IPython (Jupyter, Colab, the IPython shell) it is shown as its report alone, without the
+    launcher's own frames; elsewhere as a normal traceback.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return render_traceback(self, str(self))
 
 
 class PreflightError(LaunchError):
@@ -36,16 +51,29 @@ class WorkersFailedError(LaunchError):
         self.failure = failure
         self.stopped = stopped
 
+    def _render_traceback_(self) -> list[str]:
+        return render_traceback(self, _short_report(self.failure, self.stopped))
+
 
 class LaunchTimeoutError(LaunchError, TimeoutError):
     """The run exceeded ``timeout``; ``stacks`` maps each rank to the Python stack it was in."""
 
     def __init__(self, message: str, stacks: dict[int, str]) -> None:
-        parts = [message]
-        for rank, stack in sorted(stacks.items()):
-            parts += ["", f"Stack of rank {rank}:", stack.rstrip() or "  (no stack received)"]
-        super().__init__("\n".join(parts))
+        super().__init__(_with_stacks(message, stacks))
         self.stacks = stacks
+        self._message = message
+
+    def _render_traceback_(self) -> list[str]:
+        # The frames of the worker's bootstrap, at the bottom of each stack, are left out.
+        stacks = {rank: _without_bootstrap_frames(stack) for rank, stack in self.stacks.items()}
+        return render_traceback(self, _with_stacks(getattr(self, "_message", ""), stacks))
+
+
+def _with_stacks(message: str, stacks: dict[int, str]) -> str:
+    parts = [message]
+    for rank, stack in sorted(stacks.items()):
+        parts += ["", f"Stack of rank {rank}:", stack.rstrip() or "  (no stack received)"]
+    return "\n".join(parts)
 
 
 class WorkerStalledError(LaunchTimeoutError):
@@ -144,7 +172,142 @@ def failure_to_raise(failure: WorkerFailure, stopped: tuple[int, ...]) -> BaseEx
         error.__notes__ = [*getattr(error, "__notes__", []), note]
     try:
         error.launch_failure = failure  # type: ignore[attr-defined]
+        if not hasattr(type(error), "_render_traceback_"):  # IPython shows the report alone
+            error._render_traceback_ = _FailureRenderer(error, failure, stopped)  # type: ignore[attr-defined]
     except AttributeError:
         pass
     error.__cause__ = RemoteTraceback(failure.report(stopped))
     return error
+
+
+# -- how IPython shows these errors -----------------------------------------------------------------
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+_TRACEBACK_START = "Traceback (most recent call last):"
+_RED, _PLAIN = "\x1b[31m", "\x1b[39m"
+
+
+class _FailureRenderer:
+    """``_render_traceback_`` of a worker's exception rebuilt in the kernel (IPython calls it)."""
+
+    def __init__(
+        self, error: BaseException | None, failure: WorkerFailure, stopped: tuple[int, ...]
+    ) -> None:
+        self.error = error
+        self.failure = failure
+        self.stopped = stopped
+
+    def __call__(self) -> list[str]:
+        message = str(self.error) if self.error is not None else self.failure.message
+        report = _short_report(self.failure, self.stopped)
+        kind = (self.failure.exc_type or "").rsplit(".", 1)[-1] or None
+        return render_traceback(self.error, report, message.strip().split("\n")[0], kind)
+
+    def __reduce__(self):  # the exception it belongs to pickles without a cycle through it
+        return (type(self), (None, self.failure, self.stopped))
+
+
+def _short_report(failure: WorkerFailure, stopped: tuple[int, ...]) -> str:
+    shown = dataclasses.replace(failure, traceback=_without_bootstrap(failure.traceback))
+    return shown.report(stopped)
+
+
+def render_traceback(
+    error: BaseException | None, report: str, message: str | None = None, kind: str | None = None
+) -> list[str]:
+    """The lines IPython shows for a launch error: its type and report, then the caller's frames.
+
+    ``message`` follows the type on the first line (default: the report's first line, which is
+    then not repeated). The launcher's own frames (in the kernel and the worker's bootstrap) are
+    left out, and code of notebook cells is named as IPython names it ("Cell In[3], line 5").
+    """
+    try:
+        lines = _name_cells(report.strip("\n")).splitlines() or [""]
+        if message is None:
+            message, lines = lines[0], lines[1:]
+        kind = type(error).__name__ if error is not None else kind or "Error"
+        title = f"{kind}: {message}" if message else kind
+        if _coloured():
+            title = f"{_RED}{title}{_PLAIN}"
+        shown = [title, *lines]
+        callers = _caller_frames(error)
+        if callers:
+            shown += ["", "Raised where the launch was called:", *callers]
+        return shown
+    except Exception:  # never hide the error behind a failure to show it
+        return traceback.format_exception(type(error), error, getattr(error, "__traceback__", None))
+
+
+def _coloured() -> bool:
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return str(getattr(shell, "colors", "nocolor")).lower() != "nocolor"
+
+
+def _cell_name(path: str) -> str | None:
+    """ "Cell In[3]" for the code file of a notebook cell, else None."""
+    name = code_name(path)
+    return name if name != path else None
+
+
+def _name_cells(text: str) -> str:
+    def named(match: re.Match) -> str:
+        cell = _cell_name(match["file"])
+        return f"{cell}, line {match['line']}" if cell else match[0]
+
+    return _FRAME.sub(named, text)
+
+
+def _internal(path: str) -> bool:
+    """Frames of the launcher, IPython or the standard library: nothing the user wrote."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    ipython = sys.modules.get("IPython")
+    roots = [package, sysconfig.get_paths()["stdlib"] + os.sep]
+    if ipython is not None and getattr(ipython, "__file__", None):
+        roots.append(os.path.dirname(os.path.abspath(ipython.__file__)) + os.sep)
+    return os.path.abspath(path).startswith(tuple(roots))
+
+
+def _caller_frames(error: BaseException | None) -> list[str]:
+    tb = getattr(error, "__traceback__", None)
+    lines = []
+    for frame in traceback.extract_tb(tb) if tb is not None else ():
+        if _internal(frame.filename):
+            continue
+        where = _cell_name(frame.filename) or f'File "{frame.filename}"'
+        lines.append(f"  {where}, line {frame.lineno}, in {frame.name}")
+        if frame.line:
+            lines.append(f"    {frame.line.strip()}")
+    return lines
+
+
+def _without_bootstrap_frames(stack: str) -> str:
+    """A stack dump (most recent call first) without the bootstrap's frames at its bottom."""
+    lines = stack.rstrip().splitlines()
+    while lines and (frame := _FRAME.search(lines[-1])) and _internal(frame["file"]):
+        lines.pop()
+    return "\n".join(lines)
+
+
+def _without_bootstrap(text: str) -> str:
+    """A worker's traceback without its leading frames of the launcher's bootstrap."""
+    kept: list[str] = []
+    leading = skipping = False
+    for line in text.splitlines():
+        frame = _FRAME.search(line) if line.startswith("  File ") else None
+        if line.startswith(_TRACEBACK_START):
+            leading, skipping = True, False
+        elif frame is not None:
+            skipping = leading = leading and _internal(frame["file"])
+            if skipping:
+                continue
+        elif skipping and line.startswith("    "):
+            continue
+        else:
+            leading = skipping = False
+        kept.append(line)
+    if not any(line.startswith("  File ") for line in kept):
+        return text  # it failed in the bootstrap itself: keep every frame
+    if kept and kept[0].startswith(_TRACEBACK_START):  # the report says whose traceback it is
+        kept = kept[1:]
+    return "\n".join(kept)

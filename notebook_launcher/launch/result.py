@@ -27,10 +27,11 @@ class LaunchResult(Sequence):
         self.panel = panel  # the run's final status table and charts (a RunPanel), if kept
 
     def show(self) -> None:
-        """Draw the run's final status table and metric charts again.
+        """Show the run's final status table and metric charts again.
 
-        As widgets in a notebook, as text elsewhere; ``result.panel`` displays them as static
-        HTML (kept in saved and exported notebooks).
+        In a notebook as static HTML with SVG images (kept in saved and exported notebooks, as
+        the copy the launch left in its cell is), as text elsewhere; displaying
+        ``result.panel`` does the same.
 
         Raises:
             RuntimeError: the launch kept no panel (``debug_launcher``).

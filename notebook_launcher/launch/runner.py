@@ -60,6 +60,8 @@ def launch(
                 )
             except AttemptFailed as failed:
                 if restart < plan.max_restarts:
+                    if getattr(failed.error, "stacks", None):  # a stall: its report is not raised
+                        sink.notice(f"notebook_launcher: {failed.error}")
                     logger.info(
                         "restarting all %d processes (restart %d of %d) after: %s",
                         plan.world_size,

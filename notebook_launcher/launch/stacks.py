@@ -112,9 +112,19 @@ def where_ranks_were(stacks: dict[int, str]) -> str:
     if not parts:
         return ""
     text = "Where each rank was: " + "; ".join(parts) + "."
-    waiting = [r for r, p in places.items() if p and p.in_collective and not p.in_rendezvous]
-    elsewhere = [r for r, p in places.items() if p and not p.in_collective]
-    if waiting and elsewhere:
-        names = ", ".join(str(r) for r in elsewhere)
+    culprits = _holding_up(places)
+    if culprits:
+        names = ", ".join(str(r) for r in culprits)
         text += f" The waiting ranks were most likely held up by rank {names}."
     return text
+
+
+def holding_up(stacks: dict[int, str]) -> tuple[int, ...]:
+    """The ranks that were not waiting in a collective while others were (who held them up)."""
+    return _holding_up({rank: locate(stack) for rank, stack in sorted(stacks.items())})
+
+
+def _holding_up(places: dict[int, Location | None]) -> tuple[int, ...]:
+    waiting = [r for r, p in places.items() if p and p.in_collective and not p.in_rendezvous]
+    elsewhere = tuple(r for r, p in places.items() if p and not p.in_collective)
+    return elsewhere if waiting else ()

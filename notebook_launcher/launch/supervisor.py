@@ -33,7 +33,7 @@ from .errors import (
 from .launchers import WorkerHandle
 from .output import OutputSink
 from .processes import kill_tree
-from .stacks import trim_kernel_frames, where_ranks_were
+from .stacks import holding_up, trim_kernel_frames, where_ranks_were
 
 logger = logging.getLogger(__name__)
 LIVENESS_CHECK_EVERY = 0.5  # seconds between CPU-time samples of each worker
@@ -74,6 +74,8 @@ class Supervisor:
         self.stop = stop
         self.watch = watch
         self.stop_reason = "interrupted"  # why teardown stops ranks that still run
+        self.stop_requested = True  # ... whether the user asked for it (not an error)
+        self.blamed: tuple[int, ...] = ()  # ... and the ranks held responsible
         self._next_tick = clock()
         self.sink = sink
         self.stall_timeout = stall_timeout
@@ -108,7 +110,7 @@ class Supervisor:
                 raise self._stopped()
             stop_for = self.watch() if self.watch is not None else None
             if stop_for is not None:
-                self.stop_reason = "another node failed"
+                self.stop_reason, self.stop_requested = "another node failed", False
                 self.teardown()
                 raise stop_for
             if now >= self._next_tick:
@@ -215,7 +217,7 @@ class Supervisor:
         failed = [h for h in self.handles if h.status == "failed"]
         primary = min(failed, key=_failure_order)
         others = [h for h in self.handles if h is not primary and h.status != "finished"]
-        self._stop(others, f"rank {primary.rank} failed")
+        self._stop(others, f"rank {primary.rank} failed", blamed=(primary.rank,))
         self._await_exits([primary], EXIT_GRACE)
         self.teardown()
         failure = self._describe(primary)
@@ -269,8 +271,9 @@ class Supervisor:
             f"stopped. {where_ranks_were(stacks)} Pass a larger stall_timeout, or None, if a "
             "rank legitimately waits that long."
         )
-        self._show_stacks(message, stacks)
-        self.stop_reason = "stall_timeout expired"
+        # Shown once, by the error (or by the restart notice when a restart follows).
+        self.stop_reason, self.stop_requested = "stall_timeout expired", False
+        self.blamed = holding_up(stacks) or ranks
         self.teardown()
         return WorkerStalledError(message, stacks, ranks)
 
@@ -279,8 +282,8 @@ class Supervisor:
         message = (
             f"the launch exceeded its timeout; all ranks were stopped. {where_ranks_were(stacks)}"
         )
-        self._show_stacks(message, stacks)
-        self.stop_reason = "timeout expired"
+        self.stop_reason, self.stop_requested = "timeout expired", False
+        self.blamed = holding_up(stacks)
         self.teardown()
         return LaunchTimeoutError(message, stacks)
 
@@ -311,21 +314,13 @@ class Supervisor:
             handle.capture = None
         return stacks
 
-    def _show_stacks(self, reason: str, stacks: dict[int, str]) -> None:
-        """Show why the launch stopped and every rank's stack in the cell, grouped by rank."""
-        self.sink.notice(f"notebook_launcher: {reason}")
-        for rank, stack in sorted(stacks.items()):
-            self.sink.notice(f"Python stack of rank {rank}:")
-            for line in stack.splitlines() or ["(no stack received)"]:
-                self.sink.notice(self.sink.prefix(rank) + line)
-
     def teardown(self) -> None:
         """Kill every worker still running, read what they left in the pipes, release everything.
 
         Safe to call more than once and from any exit path.
         """
         running = [h for h in self.handles if not h.exited and h.status in ("starting", "running")]
-        self._stop(running, self.stop_reason)
+        self._stop(running, self.stop_reason, self.stop_requested, self.blamed)
         for handle in self.handles:  # and whatever the others left running
             kill_tree(handle.pid)
         self._await_exits([h for h in self.handles if not h.exited], DRAIN_LIMIT)
@@ -344,14 +339,21 @@ class Supervisor:
         names.remove_leftovers(os.getpid())
         logger.debug("teardown: all %d processes gone, pipes closed", len(self.handles))
 
-    def _stop(self, handles: list[WorkerHandle], reason: str) -> None:
-        """Kill the ranks of ``handles``, which still run, and tell the listeners why."""
+    def _stop(
+        self,
+        handles: list[WorkerHandle],
+        reason: str,
+        requested: bool = False,
+        blamed: tuple[int, ...] = (),
+    ) -> None:
+        """Kill the ranks of ``handles``, which still run, and tell the listeners why
+        (``requested``: the user asked; ``blamed``: the ranks held responsible)."""
         if handles:
             logger.info("stopping rank %s (%s)", ", ".join(str(h.rank) for h in handles), reason)
         for handle in handles:
             kill_tree(handle.pid)
             handle.status = "stopped"
-            self._publish(WorkerStopped(handle.rank, reason))
+            self._publish(WorkerStopped(handle.rank, reason, requested, blamed))
 
     def _await_exits(self, handles: list[WorkerHandle], limit: float) -> None:
         end = self.clock() + limit

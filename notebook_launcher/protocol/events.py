@@ -80,10 +80,17 @@ class WorkerExited:
 @dataclass(frozen=True)
 class WorkerStopped:
     """The kernel stopped a rank that was still running (another rank failed, a timeout, a stall,
-    an interrupt or a stop request); ``reason`` says which."""
+    an interrupt or a stop request); ``reason`` says which.
+
+    ``requested`` is True when the user asked for it (a stop request or an interrupt): not an
+    error. ``blamed`` names the ranks the kernel holds responsible (the rank whose failure stopped
+    the others, the rank a stall or timeout report says held the others up), if any.
+    """
 
     rank: int
     reason: str
+    requested: bool = False
+    blamed: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """Live views of a launch: a pure model of its events, and views that draw it.
 
-``ui="widgets"`` shows a status table and metric charts in the notebook, ``"console"`` prints
-plain-text status to stderr, ``"none"`` only keeps the model; ``"auto"`` picks widgets inside a
-Jupyter kernel and the console elsewhere. Nothing here imports ipywidgets until widgets are used.
+``ui="widgets"`` shows a status table and metric charts in the notebook (a static copy of the
+final state stays in the cell), ``"console"`` prints plain-text status, ``"none"`` only keeps the
+model; ``"auto"`` picks widgets inside a Jupyter kernel and the console elsewhere. Nothing here
+imports ipywidgets until widgets are used.
 """
 
 from __future__ import annotations

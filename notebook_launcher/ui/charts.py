@@ -1,11 +1,15 @@
-"""Metric charts as inline SVG: one chart per metric, a thin line per rank and a thick mean.
+"""Metric charts as SVG: one chart per metric, a thin line per rank and a thick mean.
 
-SVG inside an HTML fragment needs no plotting library, updates in a widget while a cell runs and
-is also what a saved or exported notebook shows.
+SVG needs no plotting library. Live, each chart is inline SVG in a widget's HTML (it follows the
+notebook's theme). In the static copy a run leaves in its cell each chart is a standalone SVG
+image, given twice: as an ``<img>`` (viewers that strip styles, such as GitHub's) over the same
+image as the background of its box (JupyterLab's sanitizer, applied to notebooks it does not
+trust, drops both inline SVG and ``data:`` images, but keeps CSS backgrounds).
 """
 
 from __future__ import annotations
 
+import base64
 import html
 import math
 
@@ -15,6 +19,8 @@ from .series import MetricSeries
 WIDTH, HEIGHT = 340, 170
 LEFT, RIGHT, TOP, BOTTOM = 48, 8, 20, 18  # margins around the plot area
 MAX_DRAWN = 300  # points drawn per line (the plot is about that many pixels wide)
+STATIC_DRAWN = 100  # ... in a static copy, which is saved with the notebook twice per chart
+INK = "#222"  # text and the mean line of a standalone chart, drawn on white
 MAX_RANK_LINES = 16  # with more ranks only the mean and the min-max band are drawn
 PALETTE = (
     "#1f77b4",
@@ -45,11 +51,17 @@ def thin(points: list[tuple[float, float]], limit: int = MAX_DRAWN) -> list[tupl
     return kept
 
 
-def metrics_html(model: RunModel) -> str:
-    """Every metric's chart side by side, with a legend; "" when nothing was logged."""
+def metrics_html(model: RunModel, static: bool = False) -> str:
+    """Every metric's chart side by side, with a legend; "" when nothing was logged.
+
+    ``static``: standalone SVG images (for the copy kept in the cell) instead of inline SVG.
+    """
     with model.lock:
         names = sorted(model.metrics)
-        charts = [chart_svg(model.metrics[name], model.world_size) for name in names]
+        if static:
+            charts = [chart_image(model.metrics[name], model.world_size) for name in names]
+        else:
+            charts = [chart_svg(model.metrics[name], model.world_size) for name in names]
         ranks = sorted({rank for name in names for rank in model.metrics[name].per_rank})
     if not charts:
         return ""
@@ -69,27 +81,39 @@ def metrics_html(model: RunModel) -> str:
     )
 
 
-def chart_svg(series: MetricSeries, world_size: int) -> str:
-    """One metric's chart: the per-rank lines, the min-max band and the mean line."""
-    per_rank = {rank: thin(s.points()) for rank, s in sorted(series.per_rank.items())}
+def chart_svg(series: MetricSeries, world_size: int, standalone: bool = False) -> str:
+    """One metric's chart: the per-rank lines, the min-max band and the mean line.
+
+    ``standalone``: an SVG document of its own (an image), dark on white, instead of inline SVG
+    in the notebook's colours.
+    """
+    limit = STATIC_DRAWN if standalone else MAX_DRAWN
+    per_rank = {rank: thin(s.points(), limit) for rank, s in sorted(series.per_rank.items())}
     mean, low, high = (
-        thin(series.mean.points()),
-        thin(series.low.points()),
-        thin(series.high.points()),
+        thin(series.mean.points(), limit),
+        thin(series.low.points(), limit),
+        thin(series.high.points(), limit),
     )
     drawn = [*mean, *(p for points in per_rank.values() for p in points)]
     finite = [(x, y) for x, y in drawn if math.isfinite(x) and math.isfinite(y)]
     name = html.escape(series.name)
     last = series.last_mean()
     title = name if last is None else f"{name} · mean {last:.4g}"
-    box = (
-        f'<svg class="nl-chart" data-metric="{name}" data-points="{len(series.mean)}" '
-        f'data-logged="{series.logged}" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" '
-        f'height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" '
-        'style="display:inline-block;margin:0 8px 4px 0;color:var(--jp-ui-font-color1,#222);'
-        'font-family:sans-serif;font-size:10px">'
-        f'<text x="{LEFT}" y="12" fill="currentColor" font-weight="600">{title}</text>'
-    )
+    size = f'width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}"'
+    if standalone:
+        box = (
+            f'<svg xmlns="http://www.w3.org/2000/svg" {size} color="{INK}" '
+            'font-family="sans-serif" font-size="10">'
+            f'<rect width="{WIDTH}" height="{HEIGHT}" rx="3" fill="#fff"/>'
+        )
+    else:
+        box = (
+            f'<svg class="nl-chart" data-metric="{name}" data-points="{len(series.mean)}" '
+            f'data-logged="{series.logged}" xmlns="http://www.w3.org/2000/svg" {size} '
+            'style="display:inline-block;margin:0 8px 4px 0;color:var(--jp-ui-font-color1,#222);'
+            'font-family:sans-serif;font-size:10px">'
+        )
+    box += f'<text x="{LEFT}" y="12" fill="currentColor" font-weight="600">{title}</text>'
     if not finite:
         return box + "</svg>"
     scale = _Scale(finite)
@@ -102,6 +126,21 @@ def chart_svg(series: MetricSeries, world_size: int) -> str:
     parts.append(_line(scale, mean, "currentColor", 2.0, 1.0))
     parts.append("</svg>")
     return "".join(parts)
+
+
+def chart_image(series: MetricSeries, world_size: int) -> str:
+    """One metric's chart as a standalone SVG image, shown by viewers that strip inline SVG."""
+    svg = chart_svg(series, world_size, standalone=True)
+    uri = "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode()
+    name = html.escape(series.name)
+    return (
+        f'<span class="nl-chart-box" title="{name}" style="display:inline-block;width:{WIDTH}px;'
+        f"height:{HEIGHT}px;margin:0 8px 4px 0;vertical-align:top;"
+        f"background-image:url('{uri}');background-repeat:no-repeat\">"
+        f'<img class="nl-chart" data-metric="{name}" data-points="{len(series.mean)}" '
+        f'data-logged="{series.logged}" src="{uri}" alt="" width="{WIDTH}" height="{HEIGHT}" '
+        'style="display:block"></span>'
+    )
 
 
 class _Scale:

@@ -27,7 +27,7 @@ from .series import MAX_POINTS, MetricSeries
 
 STATES = ("starting", "running", "finished", "failed", "stopped")
 ACTIVE = ("starting", "running")
-MAX_TEXT = 300  # characters kept of an output line, a status or an error
+MAX_TEXT = 500  # characters kept of an output line, a status or an error (shown on hover)
 RATE_SMOOTHING = 0.3  # weight of the newest measurement in a rank's it/s
 
 
@@ -48,6 +48,8 @@ class RankState:
     last_line: str = ""
     error: str = ""  # first line of its exception, or how its process died
     stop_reason: str = ""
+    stop_requested: bool = False  # stopped because the user asked (stop, interrupt): no error
+    blamed: bool = False  # the rank held responsible for the end of the run
     exitcode: int | None = None
     memory: int | None = None  # bytes of device memory held, where known
     logged: int = 0  # metric values received from it
@@ -134,6 +136,7 @@ class RunModel:
         state.state, state.pid, state.started, state.ended = "running", event.pid, now, None
         state.error = state.stop_reason = ""
         state.exitcode = None
+        state.stop_requested = state.blamed = False
         state.last_alive = now
         self.ended = None
         self.version += 1
@@ -153,6 +156,7 @@ class RunModel:
         first = event.message.strip().splitlines()[0] if event.message.strip() else ""
         state.state, state.ended, state.last_alive = "failed", now, now
         state.error = (f"{kind}: {first}" if first else kind)[:MAX_TEXT]
+        self._blame_first(state)
         self._retire(event.rank, now)
         self.version += 1
 
@@ -173,17 +177,29 @@ class RunModel:
         if state.state in ACTIVE:
             state.state, state.ended = "failed", now
             state.error = f"the process died ({exit_description(event.exitcode)})"
+            self._blame_first(state)
             self._retire(event.rank, now)
         self.version += 1
 
     def _stopped(self, event: WorkerStopped, now: float) -> None:
+        blamed = event.blamed
+        if blamed:  # the kernel's word on who is responsible overrides the first failure's
+            for other in self.ranks:
+                other.blamed = other.rank in blamed
+            self.version += 1
         state = self._rank(event.rank)
         if state is None or state.state in ("finished", "failed"):
             return
         state.state, state.ended = "stopped", now
         state.stop_reason = event.reason[:MAX_TEXT]
+        state.stop_requested = event.requested
         self._retire(event.rank, now)
         self.version += 1
+
+    def _blame_first(self, state: RankState) -> None:
+        """The first rank to fail is the one to blame, until the kernel says otherwise."""
+        if not any(other.blamed for other in self.ranks):
+            state.blamed = True
 
     def _retire(self, rank: int, now: float) -> None:
         for series in self.metrics.values():
@@ -269,14 +285,31 @@ class RunModel:
 
     @property
     def outcome(self) -> str:
-        """ "running" while any rank runs, else "failed", "stopped" or "finished"."""
+        """ "running" while any rank runs, else "failed", "stopped" or "finished".
+
+        "stopped" is a run the user stopped (a stop request, an interrupt): not an error. A run
+        stopped by a timeout, a stall or another node's failure counts as "failed".
+        """
         with self.lock:
             states = {state.state for state in self.ranks}
-        if "failed" in states:
+            stopped = [state for state in self.ranks if state.state == "stopped"]
+            blamed = any(state.blamed for state in self.ranks)
+        if "failed" in states or blamed:
             return "failed"
         if states & set(ACTIVE):
             return "running" if self.ended is None else "stopped"
-        return "stopped" if "stopped" in states else "finished"
+        if not stopped:
+            return "finished"
+        return "stopped" if all(state.stop_requested for state in stopped) else "failed"
+
+    @property
+    def quiet(self) -> bool:
+        """Nothing was logged: no metrics, progress, status or memory from any rank."""
+        with self.lock:
+            return not self.metrics and all(
+                state.done is None and not state.status and state.memory is None
+                for state in self.ranks
+            )
 
     def elapsed(self, now: float | None = None) -> float:
         end = self.ended if self.ended is not None else (self.clock() if now is None else now)

@@ -1,6 +1,8 @@
 """Drawing a :class:`RunModel` as text: the status table in HTML and in plain text.
 
-Pure functions of the model and a time; every text that came from a worker is escaped.
+Pure functions of the model and a time; every text that came from a worker is escaped. Text cut
+to fit a row ends with an ellipsis at a word boundary, the whole text in the ``title`` (shown on
+hover).
 """
 
 from __future__ import annotations
@@ -14,12 +16,17 @@ COLOURS = {
     "running": "#1f77b4",
     "finished": "#2ca02c",
     "failed": "#d62728",
-    "stopped": "#7f6a4d",
+    "stopped": "#6b7280",  # neutral: stopping is not an error (a blamed rank's row says so)
 }
-FAILED_ROW = "background:rgba(214,39,40,0.14)"
+ERROR = "#d62728"
+BLAMED_ROW = "background:rgba(214,39,40,0.14)"
 BAR_WIDTH = 110  # pixels of a progress bar
 TEXT_BAR = 20  # characters of a progress bar in plain text
 CELL = "padding:1px 8px;text-align:left;white-space:nowrap"
+LINE_CHARS = 60  # characters of a rank's latest output line shown in its row
+ERROR_CHARS = 160
+STATUS_CHARS = 60
+SUMMARY_CHARS = 120  # characters of a failed rank's error in the one-line summary
 
 
 def ago(seconds: float | None) -> str:
@@ -58,11 +65,88 @@ def fraction(state: RankState) -> float | None:
     return max(0.0, min(1.0, state.done / state.total))
 
 
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, at a word boundary where one is near."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space >= limit * 2 // 3:
+        cut = cut[:space]
+    return cut.rstrip() + "…"
+
+
+def clipped_html(text: str, limit: int) -> str:
+    """Escaped ``text``, cut with an ellipsis; when cut, wrapped in a span titled with all of it."""
+    shown = clip(text, limit)
+    if shown == text:
+        return html.escape(text)
+    return f'<span title="{html.escape(text)}">{html.escape(shown)}</span>'
+
+
+def counts_text(model: RunModel) -> str:
+    """'1 failed, 1 stopped', or '2 stopped (stop requested)' when every stopped rank says why."""
+    with model.lock:
+        counts = ", ".join(f"{n} {name}" for name, n in model.counts().items())
+        reasons = {state.stop_reason for state in model.ranks if state.state == "stopped"}
+        failed = any(state.state == "failed" for state in model.ranks)
+    if len(reasons) == 1 and not failed:
+        reason = reasons.pop()
+        if reason:
+            counts += f" ({reason})"
+    return counts
+
+
 def headline(model: RunModel, now: float) -> str:
     """'4 ranks · 2 running, 1 finished, 1 failed · 12 s' (plain text)."""
-    counts = ", ".join(f"{n} {name}" for name, n in model.counts().items())
     plural = "rank" if model.world_size == 1 else "ranks"
-    return f"{model.world_size} {plural} · {counts} · {model.elapsed(now):.0f} s"
+    return f"{model.world_size} {plural} · {counts_text(model)} · {model.elapsed(now):.0f} s"
+
+
+def blamed_ranks(model: RunModel) -> list[RankState]:
+    with model.lock:
+        return [state for state in model.ranks if state.blamed]
+
+
+def summary_line(model: RunModel) -> str:
+    """One deterministic line about a run (no timings): what nbval compares, what text shows.
+
+    'notebook_launcher: 2 ranks: 2 finished; metrics: loss', 'notebook_launcher: 2 ranks; rank 1
+    failed: ValueError: bad lr' (whether the others were stopped first or failed on losing it
+    varies from run to run, so a failure is told by its cause alone).
+    """
+    plural = "rank" if model.world_size == 1 else "ranks"
+    line = f"notebook_launcher: {model.world_size} {plural}"
+    blamed = blamed_ranks(model)
+    causes = [state for state in blamed if state.error]
+    if causes:
+        for state in causes:
+            line += f"; rank {state.rank} failed: {clip(state.error, SUMMARY_CHARS)}"
+    else:
+        line += f": {counts_text(model)}"
+        for state in blamed:
+            line += f"; likely cause: rank {state.rank}"
+    names = sorted(model.metrics)
+    if names:
+        line += "; metrics: " + ", ".join(names)
+    return line
+
+
+# -- HTML -------------------------------------------------------------------------------------------
+
+
+def _badge(text: str, state: str) -> str:
+    return (
+        f'<span class="nl-state" style="background:{COLOURS[state]};color:#fff;border-radius:3px;'
+        f'padding:0 6px">{text}</span>'
+    )
+
+
+def _title_html(model: RunModel, now: float) -> str:
+    return (
+        f'<div class="nl-headline" style="margin:2px 0 4px 0"><b>notebook_launcher</b> · '
+        f"{html.escape(headline(model, now))}</div>"
+    )
 
 
 def status_html(model: RunModel, now: float) -> str:
@@ -70,7 +154,7 @@ def status_html(model: RunModel, now: float) -> str:
     with model.lock:
         show_memory = any(state.memory is not None for state in model.ranks)
         rows = [_row(state, now, show_memory) for state in model.ranks]
-        title = html.escape(headline(model, now))
+        title = _title_html(model, now)
         outcome = model.outcome
     heads = ["rank", "state", "progress", "step", "it/s", "last seen"]
     if show_memory:
@@ -78,25 +162,55 @@ def status_html(model: RunModel, now: float) -> str:
     heads.append("details")
     head = "".join(f'<th style="{CELL};font-weight:600">{h}</th>' for h in heads)
     return (
-        f'<div class="nl-status" data-outcome="{outcome}" style="font-size:12px">'
-        f'<div class="nl-headline" style="margin:2px 0 4px 0"><b>notebook_launcher</b> · '
-        f"{title}</div>"
+        f'<div class="nl-status" data-outcome="{outcome}" style="font-size:12px">{title}'
         '<table style="border-collapse:collapse">'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
     )
 
 
-def _row(state: RankState, now: float, show_memory: bool) -> str:
-    colour = COLOURS[state.state]
-    style = FAILED_ROW if state.state == "failed" else ""
-    badge = (
-        f'<span class="nl-state" style="background:{colour};color:#fff;border-radius:3px;'
-        f'padding:0 6px">{state.state}</span>'
+def compact_html(model: RunModel, now: float) -> str:
+    """A run that logged nothing, in one line: its ranks' states and what went wrong, if anything.
+
+    Each rank is a small badge (its number, coloured by state, the state on hover).
+    """
+    with model.lock:
+        outcome = model.outcome
+        badges = "".join(
+            f'<span class="nl-rank" data-rank="{s.rank}" data-state="{s.state}" '
+            f'title="rank {s.rank}: {s.state}" style="display:inline-block;min-width:1.4em;'
+            f"text-align:center;margin-right:2px;border-radius:3px;color:#fff;"
+            f'background:{COLOURS[s.state]}{";outline:2px solid " + ERROR if s.blamed else ""}">'
+            f"{s.rank}</span>"
+            for s in model.ranks
+        )
+        causes = [_cause_html(state) for state in model.ranks if state.blamed]
+    parts = [
+        "<b>notebook_launcher</b>",
+        html.escape(headline(model, now)),
+        f'<span class="nl-ranks">{badges}</span>',
+        *causes,
+    ]
+    return (
+        f'<div class="nl-status nl-compact" data-outcome="{outcome}" '
+        f'style="font-size:12px;margin:2px 0">{" · ".join(parts)}</div>'
     )
+
+
+def _cause_html(state: RankState) -> str:
+    text = (
+        f"rank {state.rank}: {state.error}" if state.error else f"rank {state.rank}: likely cause"
+    )
+    return (
+        f'<span class="nl-error" style="color:{ERROR};font-weight:600">'
+        f"{clipped_html(text, ERROR_CHARS)}</span>"
+    )
+
+
+def _row(state: RankState, now: float, show_memory: bool) -> str:
     seen = ago(now - state.last_alive) if state.state in ACTIVE and state.last_alive else ""
     cells = [
         str(state.rank),
-        badge,
+        _badge(state.state, state.state),
         _bar_html(state),
         number(state.step if state.step is not None else state.done),
         number(state.rate) if state.state in ACTIVE else "",
@@ -106,8 +220,10 @@ def _row(state: RankState, now: float, show_memory: bool) -> str:
         cells.append(memory(state.memory))
     cells.append(_details_html(state))
     tds = "".join(f'<td style="{CELL}">{cell}</td>' for cell in cells)
+    blamed = " nl-blamed" if state.blamed else ""
+    style = BLAMED_ROW if state.blamed else ""
     return (
-        f'<tr class="nl-row nl-{state.state}" data-rank="{state.rank}" '
+        f'<tr class="nl-row nl-{state.state}{blamed}" data-rank="{state.rank}" '
         f'data-state="{state.state}" style="{style}">{tds}</tr>'
     )
 
@@ -118,7 +234,7 @@ def _bar_html(state: RankState) -> str:
         return ""
     label = f"{state.done}/{state.total}" if state.total is not None else f"{state.done}"
     if state.desc:
-        label = f"{html.escape(state.desc)} {label}"
+        label = f"{clipped_html(state.desc, STATUS_CHARS)} {label}"
     if part is None:
         return label
     colour = COLOURS[state.state]
@@ -134,23 +250,25 @@ def _details_html(state: RankState) -> str:
     parts = []
     if state.error:
         parts.append(
-            f'<span class="nl-error" style="color:#d62728;font-weight:600">'
-            f"{html.escape(state.error)}</span>"
+            f'<span class="nl-error" style="color:{ERROR};font-weight:600">'
+            f"{clipped_html(state.error, ERROR_CHARS)}</span>"
+        )
+    elif state.state == "stopped" and state.blamed:
+        reason = f"likely cause · stopped: {state.stop_reason}"
+        parts.append(
+            f'<span class="nl-error" style="color:{ERROR};font-weight:600">'
+            f"{clipped_html(reason, ERROR_CHARS)}</span>"
         )
     elif state.state == "stopped" and state.stop_reason:
-        parts.append(f"<i>stopped: {html.escape(state.stop_reason)}</i>")
+        parts.append(f"<i>stopped: {clipped_html(state.stop_reason, STATUS_CHARS)}</i>")
     if state.status:
-        parts.append(f"<i>{html.escape(state.status)}</i>")
+        parts.append(f"<i>{clipped_html(state.status, STATUS_CHARS)}</i>")
     if state.last_line:
         parts.append(
             '<code style="opacity:0.75;white-space:pre">'
-            f"{html.escape(_clip(state.last_line, 120))}</code>"
+            f"{clipped_html(state.last_line, LINE_CHARS)}</code>"
         )
     return " · ".join(parts)
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # -- plain text -----------------------------------------------------------------------------------
@@ -185,6 +303,8 @@ def _text_row(state: RankState) -> str:
         parts.append(state.error)
     elif state.state == "stopped" and state.stop_reason:
         parts.append(f"stopped: {state.stop_reason}")
+    if state.blamed and not state.error:
+        parts.append("(likely cause)")
     if state.status:
         parts.append(state.status)
     return "  ".join(parts).rstrip()

@@ -80,9 +80,10 @@ class View:
 class ConsoleView(View):
     """Plain-text status for terminals, scripts, CI logs and frontends without widgets.
 
-    Writes to stderr, whole tables only, from the supervising thread (so never inside a worker's
-    line): every ``every`` seconds while a run lasts longer than that, and a final table when it
-    printed one before or when the ranks reported metrics, progress or a status.
+    Writes whole tables only, from the supervising thread (so never inside a worker's line):
+    every ``every`` seconds while a run lasts longer than that, and a final table when it printed
+    one before or when the ranks reported metrics, progress or a status. Status goes to stdout;
+    the final table of a failed run to stderr. ``stream`` replaces both.
     """
 
     kind = "console"
@@ -99,11 +100,14 @@ class ConsoleView(View):
     def refresh(self, now: float) -> None:
         if now >= self._next:
             self._next = now + self.every
-            self._write(status_text(self.model, now))
+            self._write(status_text(self.model, now), sys.stdout)
 
     def final(self) -> None:
         if self.printed or self._reported():
-            self._write(status_text(self.model, self.model.clock()))
+            failed = self.model.outcome == "failed"
+            self._write(
+                status_text(self.model, self.model.clock()), sys.stderr if failed else sys.stdout
+            )
 
     def _reported(self) -> bool:
         with self.model.lock:
@@ -111,8 +115,8 @@ class ConsoleView(View):
                 state.done is not None or state.status for state in self.model.ranks
             )
 
-    def _write(self, text: str) -> None:
-        stream = self.stream or sys.stderr
+    def _write(self, text: str, default: TextIO) -> None:
+        stream = self.stream or default
         stream.write(text + "\n")
         stream.flush()
         self.printed += 1

@@ -3,11 +3,15 @@
 Widget traffic stays far below what Jupyter Server drops (about 1000 messages/s): the status
 table is redrawn at most 5 times a second, the charts at most once a second, and a value equal
 to the one shown is never sent. Works with ipywidgets 7 and 8 (core widgets only).
+
+When the run ends the widgets leave the cell and a static copy of the final panel (HTML and
+inline SVG, a line of text) takes their place, so a saved notebook, its HTML export and any
+viewer show the final state without a kernel, a widget library or a network connection.
 """
 
 from __future__ import annotations
 
-import html
+import uuid
 from collections import deque
 from typing import Any
 
@@ -15,6 +19,7 @@ from ..utils.environment import in_kernel
 from .charts import metrics_html
 from .model import RunModel
 from .render import status_html
+from .report import RunPanel, log_html
 from .views import View
 
 BACKGROUND_LOG_LINES = 20  # worker lines kept under a background run's panel
@@ -27,8 +32,8 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 def widget_bundle(widget: Any) -> dict[str, Any]:
     """The display data of a widget view, without a text fallback.
 
-    A launch's output then compares equal however long the run took (nbval skips widget views);
-    the static copy of the final state is ``result.panel`` (text/html and text/plain).
+    nbval skips widget views, so a launch's output compares equal however long the run took;
+    the static copy left when the run ends holds the text it compares.
     """
     return {WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": widget.model_id}}
 
@@ -54,13 +59,7 @@ class LogTail:
         pass
 
     def html(self) -> str:
-        if not self.lines:
-            return ""
-        body = html.escape("\n".join(self.lines))
-        return (
-            '<pre class="nl-log" style="font-size:11px;line-height:1.3;margin:4px 0;'
-            f'max-height:16em;overflow:auto">{body}</pre>'
-        )
+        return log_html(self.lines)
 
 
 class WidgetView(View):
@@ -70,13 +69,20 @@ class WidgetView(View):
         model: the run's model.
         log_lines: keep and show this many lines of worker output under the table (0: none; the
             lines go to the cell as usual).
+        in_place: what the cell keeps of a displayed view once the run ends. False (a blocking
+            launch, whose cell still runs): the widgets' output is emptied and the final panel
+            displayed after the run's output, where the cell is at. True (a run supervised in the
+            background, whose cell may have ended): the widgets' output becomes the final panel.
     """
 
     kind = "widgets"
 
-    def __init__(self, model: RunModel, log_lines: int = 0) -> None:
+    def __init__(self, model: RunModel, log_lines: int = 0, in_place: bool = False) -> None:
         super().__init__(model)
         import ipywidgets as widgets  # only once widgets are drawn: optional outside Jupyter
+
+        self.in_place = in_place
+        self.display_id: str | None = None  # set once the widgets are displayed
 
         now = model.clock()
         self.status = widgets.HTML(value=status_html(model, now))
@@ -97,15 +103,18 @@ class WidgetView(View):
 
     @classmethod
     def for_launch(cls, model: RunModel, background: bool = False) -> WidgetView:
-        # A background run's output has no cell to go to: its last lines go under the table.
-        return cls(model, log_lines=BACKGROUND_LOG_LINES if background else 0)
+        # A background run's output has no cell to go to: its last lines go under the table, and
+        # its final panel replaces the widgets where they are.
+        lines = BACKGROUND_LOG_LINES if background else 0
+        return cls(model, log_lines=lines, in_place=background)
 
     def show(self) -> None:
         if not in_kernel():  # no frontend to show widgets to
             return
         from IPython.display import display
 
-        display(widget_bundle(self.widget), raw=True)
+        self.display_id = f"notebook_launcher-{uuid.uuid4().hex}"
+        display(widget_bundle(self.widget), raw=True, display_id=self.display_id)
 
     def refresh(self, now: float) -> None:
         if now >= self._next_status:
@@ -122,8 +131,31 @@ class WidgetView(View):
             self._log_drawn = self.log.version
             self.log_widget.value = self.log.html()
 
+    def final_panel(self) -> RunPanel:
+        """The run's final table and charts as static HTML, with the worker lines it kept."""
+        return RunPanel(self.model, self.log.lines if self.log is not None else ())
+
     def final(self) -> None:
-        now = self.model.clock()
-        self.status.value = status_html(self.model, now)
-        self.charts.value = metrics_html(self.model)
-        self._draw_log()
+        if self.display_id is None:  # not in a cell (the config panel shows it): draw it there
+            now = self.model.clock()
+            self.status.value = status_html(self.model, now)
+            self.charts.value = metrics_html(self.model)
+            self._draw_log()
+            return
+        from IPython.display import display, update_display
+
+        bundle = self.final_panel()._repr_mimebundle_()
+        if self.in_place:
+            update_display(bundle, raw=True, display_id=self.display_id)
+        else:
+            # An output without data is drawn as nothing; nbval, which skips widget views,
+            # compares the same outputs before and after.
+            update_display({}, raw=True, display_id=self.display_id)
+            display(bundle, raw=True)
+        self.close()
+
+    def close(self) -> None:
+        """Close the widgets (their models in the kernel and the frontend)."""
+        for widget in (self.widget, self.status, self.charts, self.log_widget):
+            if widget is not None:
+                widget.close()

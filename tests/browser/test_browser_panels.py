@@ -1,11 +1,16 @@
-"""The live panels in JupyterLab, in headless Chromium: what a user sees while runs go on."""
+"""The panels in JupyterLab and in exported HTML, in headless Chromium: what a user sees while
+runs go on, and what stays once the kernel is gone."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
+import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -50,7 +55,7 @@ STATES = """(i) => {
     return Array.from(table.querySelectorAll('tr[data-rank]')).map(row => row.dataset.state);
 }"""
 LOGGED = """(i) => {
-    const chart = document.querySelectorAll('.nl-metrics')[i]?.querySelector('svg[data-metric="loss"]');
+    const chart = document.querySelectorAll('.nl-metrics')[i]?.querySelector('[data-metric="loss"]');
     return chart ? Number(chart.dataset.logged) : 0;
 }"""
 KERNEL = """() => {
@@ -61,7 +66,7 @@ KERNEL = """() => {
 }"""
 
 
-def notebook() -> dict:
+def notebook(cells: list[str]) -> dict:
     return {
         "cells": [
             {
@@ -71,7 +76,7 @@ def notebook() -> dict:
                 "outputs": [],
                 "source": source,
             }
-            for source in CELLS
+            for source in cells
         ],
         "metadata": {
             "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}
@@ -101,7 +106,21 @@ def shoot(locator, name: str, shots: Path) -> None:
 
 
 @pytest.fixture
-def lab_page(tmp_path):
+def shots(tmp_path):
+    """Where a test puts its screenshots; copied to $NOTEBOOK_LAUNCHER_SCREENSHOTS (say docs/)
+    when that is set and the test passed."""
+    folder = tmp_path / "shots"
+    folder.mkdir()
+    yield folder
+    target = os.environ.get("NOTEBOOK_LAUNCHER_SCREENSHOTS")
+    if target:
+        for picture in folder.iterdir():
+            shutil.copy(picture, Path(target) / picture.name)
+
+
+@contextmanager
+def lab_with(tmp_path: Path, cells: list[str]):
+    """JupyterLab with a notebook of ``cells`` open in Chromium, its kernel idle: (lab, page)."""
     from jupyterlab_helpers import chromium, jupyterlab
 
     root, home = tmp_path / "root", tmp_path / "home"
@@ -115,19 +134,25 @@ def lab_page(tmp_path):
     ):
         (settings / extension).mkdir(parents=True)
         (settings / extension / f"{name}.jupyterlab-settings").write_text(json.dumps(values))
-    (root / "panels.ipynb").write_text(json.dumps(notebook()))
+    (root / "panels.ipynb").write_text(json.dumps(notebook(cells)))
     with jupyterlab(root, home) as lab, chromium(tmp_path / "profile") as page:
         page.goto(lab.url("lab/tree/panels.ipynb", "reset"))
         poll(page, KERNEL, None, lambda status: status == "idle", timeout=60, every=0.25)
-        yield page
+        yield lab, page
 
 
-def test_panels_update_live_show_failures_and_the_buttons_launch_and_stop(lab_page, tmp_path):
-    page = lab_page
-    shots = tmp_path / "shots"
-    shots.mkdir()
+def run_all(page) -> None:
     # Not awaited: the command's promise resolves only once every cell has run.
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+
+
+def test_panels_update_live_show_failures_and_the_buttons_launch_and_stop(tmp_path, shots):
+    with lab_with(tmp_path, CELLS) as (_, page):
+        live_failed_and_config_panel(page, shots)
+
+
+def live_failed_and_config_panel(page, shots: Path) -> None:
+    run_all(page)
 
     # 1. A blocking launch: the rows go from running to finished, the chart grows as it runs.
     poll(page, STATES, 0, lambda s: s is not None, timeout=60)
@@ -173,7 +198,13 @@ def test_panels_update_live_show_failures_and_the_buttons_launch_and_stop(lab_pa
     shoot(page.locator(".jp-Cell").nth(3).locator(".jp-OutputArea"), "config-panel.png", shots)
     stop.click()
     poll(page, STATES, 2, lambda s: s == ["stopped", "stopped"], timeout=30)
-    assert "LaunchStoppedError" in page.locator(".nl-run-error").inner_text()
+    # The user's own stop is no error: said in grey, the rows not red.
+    stopped = page.locator(".nl-run-stopped")
+    assert stopped.inner_text().startswith("stopped after")
+    assert stopped.evaluate("e => getComputedStyle(e).color") == "rgb(107, 114, 128)"
+    assert page.locator(".nl-run-error").count() == 0
+    panel = page.locator(".jp-Cell").nth(3).locator(".nl-panel")  # the run's static copy
+    assert panel.locator(".nl-blamed, .nl-error").count() == 0
     poll(
         page,
         "() => document.querySelector('.jupyter-widgets button').disabled",
@@ -182,7 +213,126 @@ def test_panels_update_live_show_failures_and_the_buttons_launch_and_stop(lab_pa
         timeout=10,
     )
 
-    target = os.environ.get("NOTEBOOK_LAUNCHER_SCREENSHOTS")
-    if target:  # regenerate the pictures in docs/
-        for picture in shots.iterdir():
-            shutil.copy(picture, Path(target) / picture.name)
+
+REOPENED = [
+    SETUP,
+    "result = notebook_launcher(train, args=(60,), num_processes=2)",
+    "def quiet_failure():\n"
+    "    if os.environ['RANK'] == '1':\n"
+    "        raise ValueError('bad batch 17')\n"
+    "    time.sleep(60)\n\n\n"
+    "notebook_launcher(quiet_failure, num_processes=2)",
+]
+MODEL_NOT_FOUND = "Error displaying widget"
+
+
+def chart_images_loaded(locator) -> list[int]:
+    """The natural width of each chart image (0: not shown) of the panels in ``locator``."""
+    return locator.locator("img.nl-chart").evaluate_all("images => images.map(i => i.naturalWidth)")
+
+
+def test_a_saved_notebook_shows_its_final_panels_after_the_kernel_is_gone(tmp_path, shots):
+    with lab_with(tmp_path, REOPENED) as (lab, page):
+        run_all(page)
+        poll(
+            page,
+            "() => document.querySelectorAll('.nl-panel').length",
+            None,
+            lambda n: n == 2,
+            timeout=120,
+        )
+        poll(page, KERNEL, None, lambda status: status == "idle", timeout=60)
+        page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+        poll(page, "() => document.title.startsWith('panels.ipynb')", None, bool, timeout=30)
+        poll(
+            page,
+            "() => !window.jupyterapp.shell.currentWidget.context.model.dirty",
+            None,
+            bool,
+            timeout=30,
+        )
+        saved = json.loads((lab.root / "panels.ipynb").read_text())
+        for session in json.load(urllib.request.urlopen(lab.url("api/sessions"))):
+            request = urllib.request.Request(
+                lab.url(f"api/sessions/{session['id']}"), method="DELETE"
+            )
+            urllib.request.urlopen(request).close()  # shuts the kernel down
+
+        page.goto(lab.url("lab/tree/panels.ipynb", "reset"))  # a fresh page: no widget models
+        cells = page.locator(".jp-Cell")
+        cells.nth(2).locator(".nl-panel").wait_for(timeout=60_000)
+        done, failed = (cells.nth(i).locator(".jp-OutputArea") for i in (1, 2))
+        table = done.locator(".nl-status").inner_text()
+        assert "2 ranks · 2 finished" in table and "epoch 1 60/60" in table
+        assert chart_images_loaded(done) == [340, 340]  # accuracy and loss
+        assert MODEL_NOT_FOUND not in page.locator(".jp-Notebook").inner_text()
+        # A run that logged nothing keeps one line, the rank to blame marked, then the error:
+        # the rank's report and traceback, without the launcher's frames.
+        line = failed.locator(".nl-compact")
+        assert "2 ranks · 1 failed, 1 stopped" in line.inner_text()
+        assert "rank 1: ValueError: bad batch 17" in line.locator(".nl-error").inner_text()
+        badges = line.locator(".nl-rank").evaluate_all("b => b.map(e => e.dataset.state)")
+        assert badges == ["stopped", "failed"]
+        error = failed.locator('[data-mime-type="application/vnd.jupyter.stderr"]').inner_text()
+        assert error.startswith("ValueError: bad batch 17\nrank 1 (local rank 1, pid ")
+        assert "raise ValueError('bad batch 17')" in error
+        assert "notebook_launcher/" not in error and "Raised where the launch was called" in error
+        shoot(cells.nth(1), "reopened.png", shots)
+        shoot(failed, "error.png", shots)
+    # What was saved: per launch an emptied widget output and the static copy, nothing else.
+    kept = [
+        output["data"]
+        for cell in saved["cells"]
+        for output in cell["outputs"]
+        if output["output_type"] == "display_data"
+    ]
+    assert [sorted(data) for data in kept] == [[], ["text/html", "text/plain"]] * 2
+
+
+EXPORTED = [
+    SETUP,
+    "result = notebook_launcher(train, args=(40,), num_processes=2)",
+    "try:\n    notebook_launcher(fails, args=(40,), num_processes=2)\n"
+    "except ValueError as error:\n    print('caught:', error)",
+    "def hello():\n    print('hello from rank', os.environ['RANK'])\n\n\n"
+    "notebook_launcher(hello, num_processes=2).values",
+]
+
+
+def test_an_exported_notebook_shows_its_final_panels_offline(tmp_path, shots):
+    source = tmp_path / "exported.ipynb"
+    source.write_text(json.dumps(notebook(EXPORTED)))
+    kernels = tmp_path / "jupyter" / "kernels" / "python3"  # this Python, whatever is installed
+    kernels.mkdir(parents=True)
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    spec = {"argv": argv, "display_name": "Python 3", "language": "python"}
+    (kernels / "kernel.json").write_text(json.dumps(spec))
+    env = {**os.environ, "JUPYTER_PATH": str(tmp_path / "jupyter")}
+    command = [sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--execute"]
+    subprocess.run([*command, str(source)], env=env, check=True, timeout=300)
+    page_file = tmp_path / "exported.html"
+
+    from jupyterlab_helpers import chromium
+
+    with chromium(tmp_path / "profile") as page:
+        page.set_viewport_size({"width": 900, "height": 900})
+        asked = []
+
+        def offline(route):
+            asked.append(route.request.url)
+            route.abort()
+
+        page.route(lambda url: not url.startswith(("file:", "data:")), offline)
+        page.goto(page_file.as_uri())
+        outputs = page.locator(".jp-Cell").nth(1).locator(".jp-Cell-outputWrapper")
+        table = outputs.locator(".nl-status").inner_text()
+        assert "2 ranks · 2 finished" in table and "epoch 1 40/40" in table
+        assert chart_images_loaded(outputs) == [340, 340]
+        failed = page.locator(".jp-Cell").nth(2).locator(".jp-Cell-outputWrapper")
+        assert "ValueError: bad batch at step 20" in failed.locator(".nl-error").first.inner_text()
+        assert "caught: bad batch at step 20" in failed.inner_text()
+        quiet = page.locator(".jp-Cell").nth(3).locator(".nl-compact")  # logged nothing: a line
+        assert "2 ranks · 2 finished" in quiet.inner_text()
+        assert quiet.locator(".nl-rank").count() == 2
+        shoot(page.locator(".jp-Cell").nth(1), "exported.png", shots)
+        assert all(not url.startswith("file:") for url in asked)  # only the web was refused

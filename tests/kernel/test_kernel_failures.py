@@ -58,13 +58,49 @@ def test_rank_failure_raises_its_own_exception_with_worker_traceback_and_notes(k
 def test_rank_failure_shows_rank_pid_and_last_line_in_the_cell_traceback(kernel):
     cell, last_line = run_failing(kernel)
 
-    # Shown by every IPython: the report is the exception's cause, not only a note (IPython
-    # before 8.15 does not show notes).
     traceback = cell.traceback()
     assert "rank 1 (local rank 1, pid " in traceback
     assert f"pid {last_line[1]}" in traceback
     assert last_line[0] in traceback
     assert "Stopped because of this failure: rank 0." in traceback
+
+
+def test_the_error_shows_the_report_once_without_the_launchers_frames(kernel):
+    cell, _ = run_failing(kernel)
+
+    lines = cell.traceback().splitlines()
+    assert lines[0] == "ValueError: bad batch 17"
+    shown = "\n".join(lines)
+    assert shown.count("Stopped because of this failure") == 1
+    assert "Traceback of rank 1:\n  Cell In[" in shown  # the worker's frames, named as IPython does
+    assert 'raise ValueError("bad batch 17")' in shown
+    assert "notebook_launcher/" not in shown  # neither the kernel's nor the bootstrap's frames
+    assert "_run_with_ui" not in shown and "rdzv_timeout" not in shown
+    assert "RemoteTraceback" not in shown and "direct cause" not in shown
+    assert re.fullmatch(r"  Cell In\[\d+\], line \d+, in <module>", lines[-2])  # the caller
+    assert lines[-1] == "    notebook_launcher(fails_on_rank_one, num_processes=2)"
+    # Elsewhere (a script, a plain Python shell) the report is the exception's cause.
+    plain = kernel.execute(
+        "import sys, traceback\n"
+        "print(''.join(traceback.format_exception(sys.last_value)).count('Traceback of rank'))",
+        timeout=10,
+    )
+    assert plain.stream("stdout") == "1\n", plain.output()
+
+
+def test_the_failed_runs_final_panel_stays_in_the_cell_before_the_error(kernel):
+    cell, _ = run_failing(kernel)
+
+    kinds = [m["msg_type"] for m in cell.messages]
+    kept = [m for m in cell.of_type("display_data") if "text/html" in m["content"]["data"]]
+    assert len(kept) == 1
+    assert kinds.index("error") > cell.messages.index(kept[0])
+    data = kept[0]["content"]["data"]
+    assert data["text/plain"] == (
+        "notebook_launcher: 2 ranks; rank 1 failed: ValueError: bad batch 17"
+    )
+    assert 'data-rank="1" data-state="failed"' in data["text/html"]
+    assert "rank 1: ValueError: bad batch 17" in data["text/html"]  # the blamed rank, in red
 
 
 STALLED = r"""
@@ -91,13 +127,19 @@ def test_stalled_rank_shows_every_stack_and_raises_worker_stalled_error(kernel):
     error = cell.error()
     assert error is not None, cell.output()
     assert error["ename"] == "WorkerStalledError"
-    shown = cell.stream()
-    assert "Python stack of rank 0:" in shown
-    assert "Python stack of rank 1:" in shown
-    assert "sleeps_in_rank_one" in shown  # rank 1's stack
-    assert "wait_for_everyone" in shown  # rank 0's stack
-    assert "sleeps_in_rank_one" in cell.traceback()  # the error carries the stacks as well
-    assert "most likely held up by rank 1" in cell.traceback()  # rank 0 only waited
-    assert "run_worker" in shown and "site-packages/ipykernel" not in shown  # kernel frames cut
+    shown = cell.traceback()
+    assert shown.count("Stack of rank 0:") == 1 and shown.count("Stack of rank 1:") == 1
+    assert "Stack of rank" not in cell.stream()  # the report is shown once: by the error
+    assert "in sleeps_in_rank_one" in shown  # rank 1's stack
+    assert "in wait_for_everyone" in shown  # rank 0's stack
+    assert "most likely held up by rank 1" in shown  # rank 0 only waited
     assert "rank 1 was in sleeps_in_rank_one (Cell In[" in shown  # named as IPython names cells
+    assert "Cell In[1], line 5 in sleeps_in_rank_one" in shown
+    assert "run_worker" not in shown and "site-packages/ipykernel" not in shown  # bootstrap cut
+    assert "notebook_launcher/launch/" not in shown
+    # The final panel stays in the cell, the rank that held the others up marked.
+    (kept,) = [m for m in cell.of_type("display_data") if "text/html" in m["content"]["data"]]
+    assert kept["content"]["data"]["text/plain"] == (
+        "notebook_launcher: 2 ranks: 2 stopped (stall_timeout expired); likely cause: rank 1"
+    )
     print(f"cell start -> error message: {cell.error_at():.2f} s")

@@ -133,9 +133,23 @@ def test_bad_settings_are_refused_before_anything_starts():
     handle.wait(60)
 
 
-def test_console_status_of_a_background_run_goes_to_stderr_in_whole_tables(capfd):
+def test_console_status_of_a_successful_background_run_goes_to_stdout_in_whole_tables(capfd):
     handle = launch_in_background(sleepy, args=(0.5,), num_processes=2, ui="console")
     handle.wait(60)
     captured = capfd.readouterr()
-    assert "notebook_launcher: 2 ranks · 2 finished" in captured.err
+    assert captured.out.startswith("notebook_launcher: 2 ranks · 2 finished")
+    assert "notebook_launcher:" not in captured.err  # status is no error
+
+
+def test_console_status_of_a_failed_run_goes_to_stderr(capfd):
+    def fails_after_logging():
+        log({"alive": 1.0}, step=0)
+        fails_on_rank_1()
+
+    handle = launch_in_background(fails_after_logging, num_processes=2, ui="console")
+    with pytest.raises(KeyError):
+        handle.wait(60)
+    captured = capfd.readouterr()
+    assert "notebook_launcher: 2 ranks · 1 failed, 1 stopped" in captured.err
+    assert "  rank 1   failed     step 0  KeyError: 'missing'" in captured.err
     assert "notebook_launcher:" not in captured.out

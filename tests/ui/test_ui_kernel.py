@@ -63,9 +63,8 @@ def test_a_blocking_launch_draws_live_panels_and_keeps_output_and_result(kernel)
         m for m in cell.of_type("comm_open") if m["content"]["target_name"] == "jupyter.widget"
     ]
     assert opened, "no widget was created"
-    shown = cell.of_type("display_data")
-    assert len(shown) == 1
-    assert list(shown[0]["content"]["data"]) == ["application/vnd.jupyter.widget-view+json"]
+    live, kept = cell.of_type("display_data")
+    assert list(live["content"]["data"]) == ["application/vnd.jupyter.widget-view+json"]
 
     updates = cell.of_type("comm_msg")
     assert len(updates) / took < 200, f"{len(updates)} widget messages in {took:.1f} s"
@@ -73,24 +72,43 @@ def test_a_blocking_launch_draws_live_panels_and_keeps_output_and_result(kernel)
 
     tables = html_values(cell.messages, "nl-status")
     assert any(t.count('data-state="running"') == 2 for t in tables), "never seen running"
-    assert tables[-1].count('data-state="finished"') == 2
-    assert "step 60 &lt;b&gt;of&lt;/b&gt; rank" in "".join(tables)
+    assert "step 40 &lt;b&gt;of&lt;/b&gt; rank" in "".join(tables)
     assert "<b>of</b>" not in "".join(tables)
     charts = html_values(cell.messages, "nl-metrics")
-    assert charts and 'data-metric="loss"' in charts[-1] and 'data-logged="160"' in charts[-1]
+    assert len({c for c in charts if 'data-metric="loss"' in c}) >= 2  # the chart grew live
 
-    # The output compares equal whatever the timing: nothing but the widget view is displayed.
-    assert not cell.of_type("update_display_data")
+    # When the run ends the widgets leave the cell (their output keeps no data, their models are
+    # closed) and a static copy of the final panel follows the run's output.
+    (emptied,) = cell.of_type("update_display_data")
+    assert emptied["content"]["data"] == {}
+    assert emptied["content"]["transient"] == live["content"]["transient"]
+    closed = {m["content"]["comm_id"] for m in cell.of_type("comm_close")}
+    views = {
+        m["content"]["comm_id"]
+        for m in opened
+        if m["content"]["data"]["state"]["_model_name"] in ("HTMLModel", "VBoxModel")
+    }
+    assert len(views) == 3 and views <= closed
+    order = [m["msg_type"] for m in cell.messages]
+    at = cell.messages.index(kept)
+    assert at > max(i for i, t in enumerate(order) if t == "stream")
+    assert at < order.index("execute_result")
+    static = kept["content"]["data"]
+    assert sorted(static) == ["text/html", "text/plain"]
+    assert static["text/plain"] == "notebook_launcher: 2 ranks: 2 finished; metrics: loss, rank"
+    page = static["text/html"]
+    assert page.count('data-state="finished"') == 2 and 'data-logged="160"' in page
+    assert "<script" not in page and "step 60 &lt;b&gt;of&lt;/b&gt; rank" in page
 
     again = kernel.execute("print(result.panel.model.summary()); result.panel", 30)
     assert again.stream() == "2 ranks: 2 finished; metrics: loss, rank\n"
-    assert again.result() == "RunPanel(2 ranks: 2 finished; metrics: loss, rank)"
+    assert again.result() == static["text/plain"]
 
-    redrawn = kernel.execute("result.show()", 30)
-    assert len(redrawn.of_type("display_data")) == 1
-    states = [m["content"]["data"]["state"] for m in redrawn.of_type("comm_open")]
-    tables = [s["value"] for s in states if "nl-status" in s.get("value", "")]
-    assert tables and tables[-1].count('data-state="finished"') == 2
+    shown_again = kernel.execute("result.show()", 30)
+    (shown,) = shown_again.of_type("display_data")
+    assert shown["content"]["data"]["text/plain"] == static["text/plain"]
+    assert shown["content"]["data"]["text/html"].count('data-state="finished"') == 2
+    assert not shown_again.of_type("comm_open")  # static: kept in the saved notebook
 
 
 def test_ui_none_and_console_send_no_widgets(kernel):
@@ -101,8 +119,9 @@ def test_ui_none_and_console_send_no_widgets(kernel):
         )
         assert cell.error() is None, cell.output()
         assert not cell.of_type("comm_open") and not cell.of_type("display_data")
-        console = "notebook_launcher: 2 ranks · 2 finished" in cell.stream("stderr")
+        console = "notebook_launcher: 2 ranks · 2 finished" in cell.stream("stdout")
         assert console == (ui == "console")
+        assert cell.stream("stderr") == ""  # a successful run's status is no error
 
 
 def collect_until_idle(kc, msg_id: str, timeout: float) -> list[dict]:
@@ -140,9 +159,17 @@ def test_a_background_launch_returns_at_once_and_keeps_updating_its_panel(kernel
     messages = collect_until_idle(kc, second, 90)
     from_thread = [m for m in messages if m["parent_header"].get("msg_id") == first.msg_id]
     tables = html_values(from_thread, "nl-status")
-    assert tables and tables[-1].count('data-state="finished"') == 2
+    assert tables and any(t.count('data-state="running"') == 2 for t in tables)
     logs = html_values(from_thread, "nl-log")
-    assert logs and "[rank1] step 80 &lt;b&gt;of&lt;/b&gt; rank 1" in logs[-1]
+    assert logs and "[rank1] step 20 &lt;b&gt;of&lt;/b&gt; rank 1" in logs[-1]
+    # At the end the widgets' output, in the launching cell, becomes the final panel.
+    (kept,) = [m for m in from_thread if m["msg_type"] == "update_display_data"]
+    display_id = first.of_type("display_data")[0]["content"]["transient"]["display_id"]
+    assert kept["content"]["transient"]["display_id"] == display_id
+    static = kept["content"]["data"]
+    assert static["text/plain"] == "notebook_launcher: 2 ranks: 2 finished; metrics: loss, rank"
+    assert static["text/html"].count('data-state="finished"') == 2
+    assert "[rank1] step 80 &lt;b&gt;of&lt;/b&gt; rank 1" in static["text/html"]  # its log
     printed = "".join(
         m["content"]["text"]
         for m in messages

@@ -16,7 +16,7 @@ from notebook_launcher.protocol.events import (
     WorkerStarted,
     WorkerStopped,
 )
-from notebook_launcher.ui.model import RunModel
+from notebook_launcher.ui.model import MAX_TEXT, RunModel
 from notebook_launcher.ui.series import MAX_POINTS, MetricSeries, Series
 
 
@@ -182,7 +182,7 @@ def test_without_a_progress_bar_the_rate_is_steps_per_second(clock):
 def test_status_memory_and_long_texts(clock):
     model = RunModel(1, clock=clock)
     model.apply(TrackingBatch(0, status="evaluating" * 100, memory=3 << 30))
-    assert len(model.ranks[0].status) == 300
+    assert len(model.ranks[0].status) == MAX_TEXT
     assert model.ranks[0].memory == 3 << 30
 
 

@@ -54,7 +54,8 @@ def test_launch_and_stop_buttons_run_and_stop_a_real_launch(comms):
     assert handle.done and handle.status == "stopped"
     assert isinstance(handle.exception, LaunchStoppedError)
     assert not panel.launch_button.disabled and panel.stop_button.disabled
-    assert "LaunchStoppedError" in panel.message.value
+    assert "stopped after" in panel.message.value  # the user's own stop: no error
+    assert "nl-run-error" not in panel.message.value and "#d62728" not in panel.message.value
     assert handle.view.status.value.count('data-state="stopped"') == 2
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import html
 import io
 import re
 
@@ -14,10 +16,18 @@ from notebook_launcher.protocol.events import (
     WorkerFailed,
     WorkerFinished,
     WorkerStarted,
+    WorkerStopped,
 )
 from notebook_launcher.ui import ConsoleView, RunModel, RunPanel, View, check_ui, resolve_ui
 from notebook_launcher.ui.charts import MAX_DRAWN, metrics_html
-from notebook_launcher.ui.render import ago, status_html, status_text
+from notebook_launcher.ui.render import (
+    LINE_CHARS,
+    STATUS_CHARS,
+    ago,
+    clip,
+    status_html,
+    status_text,
+)
 from notebook_launcher.ui.widgets import WidgetView, widget_bundle
 
 HOSTILE = "<script>alert('x')</script> & <b>bold</b>"
@@ -206,16 +216,141 @@ def test_console_view_prints_a_final_table_when_ranks_reported_anything(clock):
     assert out.getvalue().startswith("notebook_launcher: 1 rank · 1 running")
 
 
+def test_console_status_goes_to_stdout_and_a_failed_runs_table_to_stderr(clock, capsys):
+    view = ConsoleView(run_model(clock, 1))
+    view(TrackingBatch(0, status="done"))
+    view(WorkerFinished(0, b"", 0.0))
+    view.finish()
+    captured = capsys.readouterr()
+    assert captured.out.startswith("notebook_launcher: 1 rank · 1 finished") and not captured.err
+    failing = ConsoleView(run_model(clock, 1))
+    failing(TrackingBatch(0, status="done"))
+    failing(WorkerFailed(0, "builtins.ValueError", "x", "", None, 0.0))
+    failing.finish()
+    captured = capsys.readouterr()
+    assert captured.err.startswith("notebook_launcher: 1 rank · 1 failed") and not captured.out
+
+
 def test_run_panel_is_static_html_with_a_short_deterministic_text(clock):
     model = run_model(clock)
     model.apply(TrackingBatch(0, metrics=((0, {"loss": 1.0}), (1, {"loss": 0.5}))))
     model.apply(WorkerFinished(0, b"", 0.0))
     model.apply(WorkerFailed(1, "builtins.ValueError", "x", "", None, 0.0))
     model.finish()
-    bundle = RunPanel(model)._repr_mimebundle_()
-    assert bundle["text/plain"] == "RunPanel(2 ranks: 1 finished, 1 failed; metrics: loss)"
-    assert "<table" in bundle["text/html"] and "<svg" in bundle["text/html"]
+    panel = RunPanel(model)
+    bundle = panel._repr_mimebundle_()
+    assert list(bundle) == ["text/html", "text/plain"]
+    assert bundle["text/plain"] == (
+        "notebook_launcher: 2 ranks; rank 1 failed: ValueError: x; metrics: loss"
+    )
+    page = bundle["text/html"]
+    assert "<table" in page and "<script" not in page and "widget" not in page
+    # Each chart a standalone SVG image, as an <img> and as the background of its box, so that
+    # viewers that strip inline SVG and data: images, or styles, still show it.
+    (uri,) = set(re.findall(r'src="(data:image/svg\+xml;base64,[^"]+)"', page))
+    assert f"background-image:url('{uri}')" in page
+    chart = base64.b64decode(uri.split(",", 1)[1]).decode()
+    assert chart.startswith('<svg xmlns="http://www.w3.org/2000/svg"') and "<polyline" in chart
+    assert "var(--" not in chart  # an image of its own: no page styles reach it
+    assert repr(panel) == "RunPanel(2 ranks: 1 finished, 1 failed; metrics: loss)"
     assert status_text(model, clock.now).startswith("notebook_launcher: 2 ranks")
+    clock.advance(100)  # the text says nothing about time
+    assert RunPanel(model)._repr_mimebundle_()["text/plain"] == bundle["text/plain"]
+
+
+def test_a_run_that_logged_nothing_ends_as_one_line(clock):
+    model = run_model(clock, 3)
+    model.apply(OutputLine(0, "stdout", "hello"))
+    for rank in range(3):
+        model.apply(WorkerFinished(rank, b"", 0.0))
+    assert "<table" in status_html(model, clock.now)  # while it runs: the table
+    model.finish()
+    page = RunPanel(model).html()
+    assert "<table" not in page and "<svg" not in page and 'class="nl-status nl-compact"' in page
+    assert re.findall(r'data-rank="(\d)" data-state="(\w+)"', page) == [
+        ("0", "finished"),
+        ("1", "finished"),
+        ("2", "finished"),
+    ]
+    assert RunPanel(model).summary() == "notebook_launcher: 3 ranks: 3 finished"
+
+
+def test_the_one_line_form_of_a_failed_run_names_the_failed_rank(clock):
+    model = run_model(clock)
+    model.apply(WorkerFailed(1, "builtins.ValueError", HOSTILE, "", None, 0.0))
+    model.apply(WorkerStopped(0, "rank 1 failed", blamed=(1,)))
+    model.finish()
+    page = RunPanel(model).html()
+    assert 'data-outcome="failed"' in page and "nl-compact" in page
+    assert "rank 1: ValueError: &lt;script&gt;" in page and "<script>" not in page
+
+
+def test_the_blamed_rank_is_highlighted(clock):
+    """A stall: every rank stopped, the one the report blames is marked."""
+    model = run_model(clock, 3)
+    model.apply(TrackingBatch(0, metrics=((0, {"loss": 1.0}),)))
+    for rank in range(3):
+        model.apply(WorkerStopped(rank, "stall_timeout expired", blamed=(2,)))
+    model.finish()
+    assert model.outcome == "failed"
+    page = status_html(model, clock.now)
+    assert re.findall(r'<tr class="nl-row ([^"]*)" data-rank="(\d)"', page) == [
+        ("nl-stopped", "0"),
+        ("nl-stopped", "1"),
+        ("nl-stopped nl-blamed", "2"),
+    ]
+    blamed_row = page.split('data-rank="2"')[1]
+    assert "likely cause · stopped: stall_timeout expired" in blamed_row
+    assert "rgba(214,39,40,0.14)" in re.search(r'<tr[^>]*data-rank="2"[^>]*>', page)[0]
+    assert "rgba(214,39,40" not in re.search(r'<tr[^>]*data-rank="1"[^>]*>', page)[0]
+    assert RunPanel(model).summary() == (
+        "notebook_launcher: 3 ranks: 3 stopped (stall_timeout expired); likely cause: rank 2; "
+        "metrics: loss"
+    )
+    assert "(likely cause)" in status_text(model, clock.now).splitlines()[3]
+
+
+def test_a_secondary_failure_is_not_blamed(clock):
+    model = run_model(clock)
+    model.apply(WorkerFailed(0, "torch.distributed.DistBackendError", "peer gone", "", None, 0.0))
+    model.apply(WorkerFailed(1, "builtins.ValueError", "the cause", "", None, 0.0))
+    assert [state.blamed for state in model.ranks] == [True, False]  # until the kernel says
+    model.apply(WorkerStopped(0, "rank 1 failed", blamed=(1,)))
+    assert [state.blamed for state in model.ranks] == [False, True]
+
+
+def test_a_stop_the_user_asked_for_is_neutral(clock):
+    model = run_model(clock)
+    model.apply(TrackingBatch(0, progress=("fit", 3, 10, 1.0)))
+    for rank in range(2):
+        model.apply(WorkerStopped(rank, "stop requested", requested=True))
+    model.finish()
+    assert model.outcome == "stopped"
+    page = status_html(model, clock.now)
+    assert 'data-outcome="stopped"' in page
+    assert "#d62728" not in page and "rgba(214,39,40" not in page and "nl-error" not in page
+    assert "2 stopped (stop requested)" in page
+    # a timeout the user set is not a stop they asked for
+    timed_out = run_model(clock)
+    for rank in range(2):
+        timed_out.apply(WorkerStopped(rank, "timeout expired"))
+    assert timed_out.outcome == "failed"
+
+
+def test_long_texts_end_with_an_ellipsis_at_a_word_and_show_in_full_on_hover(clock):
+    model = run_model(clock, 1)
+    words = " ".join(f"word{i}" for i in range(60)) + ' & "quoted"'
+    model.apply(OutputLine(0, "stdout", words))
+    model.apply(TrackingBatch(0, status="s" * 200))
+    page = status_html(model, clock.now)
+    line = re.search(r'<span title="([^"]*)">([^<]*)</span></code>', page)
+    assert line[1] == html.escape(words)  # all of it, escaped, on hover
+    shown = line[2]
+    assert shown.endswith("…") and len(shown) <= LINE_CHARS
+    assert words.startswith(shown[:-1]) and words[len(shown) - 1] == " "  # cut between words
+    status = re.search(r'<i><span title="(s+)">(s+…)</span></i>', page)
+    assert len(status[1]) == 200 and len(status[2]) == STATUS_CHARS  # no space: cut in the word
+    assert clip("short", 10) == "short"
 
 
 @pytest.mark.parametrize("ui", ["auto", "widgets", "console", "none"])
@@ -233,7 +368,7 @@ def test_auto_is_the_console_outside_a_kernel():
     assert resolve_ui("auto") == "console"
 
 
-def test_a_result_redraws_its_panel_as_text_outside_a_kernel(capsys):
+def test_a_result_shows_its_panel_as_text_outside_a_kernel(capsys):
     from notebook_launcher import debug_launcher, notebook_launcher
 
     result = notebook_launcher(int, args=("3",), num_processes=2, ui="none")
