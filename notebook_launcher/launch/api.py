@@ -51,7 +51,9 @@ def notebook_launcher(
     Args:
         function: the training function; pass it, do not call it.
         args: positional arguments for ``function``.
-        num_processes: processes to start. Defaults to the number of GPUs; required on CPU.
+        num_processes: processes to start. Defaults to the number of GPUs (at most that many);
+            required on CPU, at most 4 per usable core unless the environment variable
+            ``NOTEBOOK_LAUNCHER_MAX_PROCESSES`` sets another limit.
         mixed_precision: "no", "fp16", "bf16" or "fp8", handed to the workers' state.
         use_port: rendezvous port. On one node a free port is used if this one is taken; with
             several nodes node 0 listens on exactly ``master_addr:use_port``.
@@ -73,7 +75,8 @@ def notebook_launcher(
         rdzv_id: job id, exported to workers as ``TORCHELASTIC_RUN_ID``; the c10d run id.
         max_restarts: restart the whole group up to this many times after a failure. With
             several nodes every node restarts together (a failure anywhere restarts all).
-        monitor_interval: longest pause, in seconds, between the supervisor's checks.
+        monitor_interval: longest pause, in seconds, between the supervisor's checks (0.001
+            to 5).
         log_line_prefix_template: prefix of each output line; may use ``{rank}``,
             ``{local_rank}``, ``{node_rank}``. Default ``"[rank{rank}] "``.
         start_method: "fork" (default; inherits everything) or "spawn" (fresh interpreters;
