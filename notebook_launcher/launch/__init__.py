@@ -11,6 +11,7 @@ from .errors import (
     RemoteNodeFailedError,
     WorkerFailure,
     WorkersFailedError,
+    WorkersNotStartedError,
     WorkerStalledError,
 )
 from .plan import LaunchPlan
@@ -30,6 +31,7 @@ __all__ = [
     "WorkerFailure",
     "WorkerStalledError",
     "WorkersFailedError",
+    "WorkersNotStartedError",
     "debug_launcher",
     "launch_in_background",
     "notebook_launcher",

@@ -13,6 +13,26 @@ class PreflightError(LaunchError):
     """A check before starting any worker found a problem; the message says how to fix it."""
 
 
+class WorkersNotStartedError(LaunchError):
+    """The OS refused to start a worker process (a process or thread limit reached, no memory
+    to fork, no file descriptors left); the workers started before it were stopped.
+
+    ``started`` is how many had started, ``requested`` how many the launch needed and ``reason``
+    the OS error.
+    """
+
+    def __init__(self, started: int, requested: int, reason: OSError) -> None:
+        super().__init__(
+            f"the OS refused to start worker process {started + 1} of {requested} ({reason}); "
+            f"{started} of {requested} workers had started and were stopped, so none is left "
+            "running. The process limit may have been reached (`ulimit -u`, a container's or "
+            "cgroup's pids.max): start fewer processes or raise the limit."
+        )
+        self.started = started
+        self.requested = requested
+        self.reason = reason
+
+
 class RemoteTraceback(Exception):
     """Carries a worker's formatted traceback as the cause of the exception raised in the kernel."""
 
