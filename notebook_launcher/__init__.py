@@ -23,6 +23,7 @@ from .data import (
     skip_first_batches,
 )
 from .launch import (
+    DeadlockError,
     LaunchError,
     LaunchHandle,
     LaunchPlan,
@@ -127,6 +128,7 @@ __all__ = [
     "InitProcessGroupKwargs",
     "IterableDatasetShard",
     "KwargsHandler",
+    "DeadlockError",
     "LaunchError",
     "LaunchHandle",
     "LaunchPanel",

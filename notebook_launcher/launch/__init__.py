@@ -3,6 +3,7 @@
 from .api import debug_launcher, notebook_launcher
 from .background import LaunchHandle, launch_in_background
 from .errors import (
+    DeadlockError,
     LaunchError,
     LaunchStoppedError,
     LaunchTimeoutError,
@@ -19,6 +20,7 @@ from .result import LaunchResult
 from .settings import plan_launch
 
 __all__ = [
+    "DeadlockError",
     "LaunchError",
     "LaunchHandle",
     "LaunchPlan",

@@ -76,6 +76,24 @@ class WorkerStalledError(LaunchTimeoutError):
         self.ranks = ranks
 
 
+class DeadlockError(WorkerStalledError):
+    """A rank returned while every other rank waited in a collective that can never complete.
+
+    ``ranks`` are the waiting ranks, ``returned`` the ranks that had returned and ``stacks``
+    maps each waiting rank to its Python stack.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        stacks: dict[int, str],
+        ranks: tuple[int, ...],
+        returned: tuple[int, ...],
+    ) -> None:
+        super().__init__(message, stacks, ranks)
+        self.returned = returned
+
+
 class LaunchStoppedError(LaunchError):
     """The run was stopped on request (``LaunchHandle.stop()`` or a Stop button).
 
@@ -141,6 +159,14 @@ class AttemptFailed(Exception):
         self.summary = summary
 
 
+def add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)``, also on Python 3.10 (which has ``__notes__`` but no method)."""
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    else:  # Python 3.10
+        error.__notes__ = [*getattr(error, "__notes__", []), note]
+
+
 def failure_to_raise(failure: WorkerFailure, stopped: tuple[int, ...]) -> BaseException:
     """The exception the kernel raises for a failed launch.
 
@@ -157,11 +183,7 @@ def failure_to_raise(failure: WorkerFailure, stopped: tuple[int, ...]) -> BaseEx
         # or pose as an interrupt of the kernel itself, with the launch details lost.
         return WorkersFailedError(failure, stopped)
     error = original
-    note = failure.report(stopped, include_traceback=False, include_lines=False)
-    if hasattr(error, "add_note"):
-        error.add_note(note)
-    else:  # Python 3.10
-        error.__notes__ = [*getattr(error, "__notes__", []), note]
+    add_note(error, failure.report(stopped, include_traceback=False, include_lines=False))
     try:
         error.launch_failure = failure  # type: ignore[attr-defined]
     except AttributeError:

@@ -32,6 +32,7 @@ class WorkerHandle:
     exitcode: int | None = None
     started_at: float = 0.0
     last_alive: float = 0.0
+    finished_at: float | None = None  # when the kernel learnt that the function returned
     cpu_seen: float = 0.0
     capture: list[str] | None = field(default=None, repr=False)
     node_rank: int | None = None  # set in multi-node launches, for failure reports
