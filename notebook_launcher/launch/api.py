@@ -8,7 +8,7 @@ from typing import Any
 
 from ..backends import CpuBackend
 from ..ui import RunPanel, create_view
-from .plan import DEFAULT_RDZV_TIMEOUT, DEFAULT_STALL_TIMEOUT, LaunchPlan
+from .plan import DEFAULT_RDZV_TIMEOUT, DEFAULT_STALL_NOTICE, DEFAULT_STALL_TIMEOUT, LaunchPlan
 from .preflight import check_args, check_function
 from .result import LaunchResult
 from .runner import launch
@@ -35,6 +35,7 @@ def notebook_launcher(
     start_method: str = "fork",
     timeout: float | None = None,
     stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
+    stall_notice: float | None = DEFAULT_STALL_NOTICE,
     threads_per_process: int | None = None,
     output: str = "all",
     ui: str = "auto",
@@ -85,6 +86,9 @@ def notebook_launcher(
         stall_timeout: stop everything once a rank has shown no sign of life (no output, no
             events, no CPU use) for this many seconds; every rank's Python stack is shown first.
             None disables the check.
+        stall_notice: once a rank has shown no sign of life for this many seconds (default
+            60), say so in the cell and the status table, with where each rank is; nothing is
+            stopped. Once per quiet spell; None disables it.
         threads_per_process: torch intra-op threads per worker; default: usable cores divided
             by the number of processes, so ranks do not fight over cores.
         output: "all" shows every rank's output, "main" only rank 0's, "none" nothing (the last
@@ -144,6 +148,7 @@ def notebook_launcher(
         start_method=start_method,
         timeout=timeout,
         stall_timeout=stall_timeout,
+        stall_notice=stall_notice,
         threads_per_process=threads_per_process,
         output=output,
         rdzv_conf=rdzv_conf,

@@ -113,6 +113,7 @@ def _attempt(
                 watch=attempt.watch,
                 # Another node's ranks are unseen: one of them may still be computing.
                 deadlock_after=None if plan.multi_node else DEADLOCK_AFTER,
+                stall_notice=plan.stall_notice,
             )
             payloads = supervisor.run(deadline)
         except KeyboardInterrupt:

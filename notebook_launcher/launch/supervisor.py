@@ -14,6 +14,7 @@ import psutil
 from ..protocol import names
 from ..protocol.channel import READ_CHUNK
 from ..protocol.events import (
+    RankQuiet,
     SupervisorTick,
     WorkerExited,
     WorkerFailed,
@@ -66,6 +67,9 @@ class Supervisor:
             same place in two samples ``DEADLOCK_RECHECK`` apart, the job is stopped with a
             :class:`DeadlockError` (a rank that returned never joins another collective).
             None disables the check (multi-node launches: the other nodes' ranks are unseen).
+        stall_notice: seconds without a sign of life after which a rank is named in a notice
+            (the sink's, and a :class:`RankQuiet` event) with where every rank is; once per
+            quiet spell, nothing is stopped. None disables it.
     """
 
     def __init__(
@@ -79,6 +83,7 @@ class Supervisor:
         stop: threading.Event | None = None,
         watch: Callable[[], BaseException | None] | None = None,
         deadlock_after: float | None = DEADLOCK_AFTER,
+        stall_notice: float | None = None,
     ) -> None:
         self.handles = handles
         self.stop = stop
@@ -92,6 +97,8 @@ class Supervisor:
         self.clock = clock
         self._next_liveness = clock() + LIVENESS_CHECK_EVERY
         self.deadlock_after = deadlock_after
+        self.stall_notice = stall_notice
+        self._noticed: dict[int, float] = {}  # rank -> the last_alive of the spell noticed
         self._next_deadlock_check = clock()
         self._deadlock_places: dict | None = None  # the last sample of the waiting ranks
         self._by_conn = {}
@@ -270,7 +277,9 @@ class Supervisor:
         )
 
     def _stalled(self, now: float) -> list[WorkerHandle]:
-        if self.stall_timeout is None or now < self._next_liveness:
+        if self.stall_timeout is None and self.stall_notice is None:
+            return []
+        if now < self._next_liveness:
             return []
         self._next_liveness = now + LIVENESS_CHECK_EVERY
         for handle in self.handles:
@@ -281,11 +290,54 @@ class Supervisor:
                 handle.last_alive = now
             handle.cpu_seen = max(handle.cpu_seen, cpu)
         limit = self.stall_timeout
+        if limit is None:
+            self._notice_quiet(now)
+            return []
+        if not any(
+            h.status in ("starting", "running") and now - h.last_alive >= limit
+            for h in self.handles
+        ):
+            self._notice_quiet(now)
         return [
             h
             for h in self.handles
             if h.status in ("starting", "running") and now - h.last_alive >= limit
         ]
+
+    def _notice_quiet(self, now: float) -> None:
+        """Name, once per quiet spell, every rank quiet for ``stall_notice`` seconds, with where
+        each rank is; nothing is stopped."""
+        limit = self.stall_notice
+        if limit is None:
+            return
+        quiet = [
+            h
+            for h in self.handles
+            if h.status in ("starting", "running")
+            and now - h.last_alive >= limit
+            and self._noticed.get(h.rank) != h.last_alive
+        ]
+        if not quiet:
+            return
+        stacks = self._collect_stacks()
+        quiet = [h for h in quiet if h.status in ("starting", "running")]
+        for handle in quiet:
+            self._noticed[handle.rank] = handle.last_alive
+            place = locate(stacks.get(handle.rank, ""))
+            where = place.describe() if place else "at an unknown place (no stack)"
+            self._publish(RankQuiet(handle.rank, now - handle.last_alive, where, handle.last_alive))
+        if quiet:
+            ranks = ", ".join(str(h.rank) for h in quiet)
+            until = (
+                f"stall_timeout={self.stall_timeout:g} s stops the run"
+                if self.stall_timeout is not None
+                else "stall_timeout=None: nothing will stop it"
+            )
+            self.sink.notice(
+                f"notebook_launcher: rank {ranks} has shown no sign of life (no output, no "
+                f"events, no CPU use) for {limit:g} s; nothing was stopped ({until}). "
+                f"{where_ranks_were(stacks)}"
+            )
 
     def _stall(self, stalled: list[WorkerHandle]) -> BaseException:
         ranks = tuple(h.rank for h in stalled)
@@ -364,6 +416,8 @@ class Supervisor:
     def _collect_stacks(self) -> dict[int, str]:
         """Ask every live rank for its Python stacks (all threads, kernel frames trimmed)."""
         alive = [h for h in self.handles if not h.exited and h.status != "finished"]
+        # Dumping a stack is not a sign of life: the quiet times are kept as they were.
+        quiet_since = {h: h.last_alive for h in alive}
         for handle in alive:
             handle.capture = []
             try:
@@ -379,6 +433,8 @@ class Supervisor:
         stacks = {h.rank: "\n".join(trim_kernel_frames(h.capture or [])) for h in alive}
         for handle in alive:
             handle.capture = None
+            handle.last_alive = quiet_since[handle]
+            handle.cpu_seen = max(handle.cpu_seen, _cpu_seconds(handle.pid))
         return stacks
 
     def _show_stacks(self, reason: str, stacks: dict[int, str]) -> None:

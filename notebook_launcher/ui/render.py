@@ -139,6 +139,10 @@ def _details_html(state: RankState) -> str:
         )
     elif state.state == "stopped" and state.stop_reason:
         parts.append(f"<i>stopped: {html.escape(state.stop_reason)}</i>")
+    if state.notice and state.state in ACTIVE:
+        parts.append(
+            f'<span class="nl-notice" style="color:#b8860b">{html.escape(state.notice)}</span>'
+        )
     if state.status:
         parts.append(f"<i>{html.escape(state.status)}</i>")
     if state.last_line:
@@ -185,6 +189,8 @@ def _text_row(state: RankState) -> str:
         parts.append(state.error)
     elif state.state == "stopped" and state.stop_reason:
         parts.append(f"stopped: {state.stop_reason}")
+    if state.notice and state.state in ACTIVE:
+        parts.append(state.notice)
     if state.status:
         parts.append(state.status)
     return "  ".join(parts).rstrip()
