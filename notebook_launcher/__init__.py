@@ -24,6 +24,7 @@ from .data import (
 )
 from .launch import (
     DeadlockError,
+    LaunchBusyError,
     LaunchError,
     LaunchHandle,
     LaunchPlan,
@@ -129,6 +130,7 @@ __all__ = [
     "IterableDatasetShard",
     "KwargsHandler",
     "DeadlockError",
+    "LaunchBusyError",
     "LaunchError",
     "LaunchHandle",
     "LaunchPanel",

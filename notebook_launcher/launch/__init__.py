@@ -4,6 +4,7 @@ from .api import debug_launcher, notebook_launcher
 from .background import LaunchHandle, launch_in_background
 from .errors import (
     DeadlockError,
+    LaunchBusyError,
     LaunchError,
     LaunchStoppedError,
     LaunchTimeoutError,
@@ -21,6 +22,7 @@ from .settings import plan_launch
 
 __all__ = [
     "DeadlockError",
+    "LaunchBusyError",
     "LaunchError",
     "LaunchHandle",
     "LaunchPlan",

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..backends import CpuBackend
 from ..ui import RunPanel, create_view
+from . import exclusive
 from .plan import DEFAULT_RDZV_TIMEOUT, DEFAULT_STALL_NOTICE, DEFAULT_STALL_TIMEOUT, LaunchPlan
 from .preflight import check_args, check_function
 from .result import LaunchResult
@@ -170,16 +171,24 @@ def debug_launcher(function: Callable[..., Any], args: tuple = (), num_processes
     check_function(function)
     call_args = check_args(args)
     plan = plan_launch(num_processes=num_processes, backend=CpuBackend())
-    return launch(function, call_args, plan)
+    exclusive.claim(exclusive.describe("foreground", function, plan.num_processes))
+    try:
+        return launch(function, call_args, plan)
+    finally:
+        exclusive.release()
 
 
 def run_with_view(function: Callable[..., Any], args: tuple, plan: LaunchPlan) -> LaunchResult:
     """Run a validated plan in this thread with its view (status table, charts or console
     status) attached, as :func:`notebook_launcher` does."""
-    view = create_view(plan.ui, plan.num_processes, plan.output, first_rank=plan.global_rank(0))
+    exclusive.claim(exclusive.describe("foreground", function, plan.num_processes))
     try:
-        result = launch(function, args, plan, listeners=(view,))
+        view = create_view(plan.ui, plan.num_processes, plan.output, first_rank=plan.global_rank(0))
+        try:
+            result = launch(function, args, plan, listeners=(view,))
+        finally:
+            view.finish()
     finally:
-        view.finish()
+        exclusive.release()
     result.panel = RunPanel(view.model)
     return result

@@ -33,6 +33,10 @@ class WorkersNotStartedError(LaunchError):
         self.reason = reason
 
 
+class LaunchBusyError(LaunchError):
+    """Another launch is running in this kernel (foreground or background): one at a time."""
+
+
 class RemoteTraceback(Exception):
     """Carries a worker's formatted traceback as the cause of the exception raised in the kernel."""
 
