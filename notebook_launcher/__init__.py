@@ -23,6 +23,8 @@ from .data import (
     skip_first_batches,
 )
 from .launch import (
+    DeadlockError,
+    LaunchBusyError,
     LaunchError,
     LaunchHandle,
     LaunchPlan,
@@ -34,6 +36,7 @@ from .launch import (
     RemoteNodeFailedError,
     WorkerFailure,
     WorkersFailedError,
+    WorkersNotStartedError,
     WorkerStalledError,
     debug_launcher,
     launch_in_background,
@@ -131,6 +134,8 @@ __all__ = [
     "InitProcessGroupKwargs",
     "IterableDatasetShard",
     "KwargsHandler",
+    "DeadlockError",
+    "LaunchBusyError",
     "LaunchError",
     "LaunchHandle",
     "LaunchPanel",
@@ -154,6 +159,7 @@ __all__ = [
     "WorkerFailure",
     "WorkerStalledError",
     "WorkersFailedError",
+    "WorkersNotStartedError",
     "broadcast",
     "broadcast_object_list",
     "compute_module_sizes",

@@ -3,6 +3,8 @@
 from .api import debug_launcher, notebook_launcher
 from .background import LaunchHandle, launch_in_background
 from .errors import (
+    DeadlockError,
+    LaunchBusyError,
     LaunchError,
     LaunchStoppedError,
     LaunchTimeoutError,
@@ -11,6 +13,7 @@ from .errors import (
     RemoteNodeFailedError,
     WorkerFailure,
     WorkersFailedError,
+    WorkersNotStartedError,
     WorkerStalledError,
 )
 from .plan import LaunchPlan
@@ -18,6 +21,8 @@ from .result import LaunchResult
 from .settings import plan_launch
 
 __all__ = [
+    "DeadlockError",
+    "LaunchBusyError",
     "LaunchError",
     "LaunchHandle",
     "LaunchPlan",
@@ -30,6 +35,7 @@ __all__ = [
     "WorkerFailure",
     "WorkerStalledError",
     "WorkersFailedError",
+    "WorkersNotStartedError",
     "debug_launcher",
     "launch_in_background",
     "notebook_launcher",

@@ -8,7 +8,8 @@ from typing import Any
 
 from ..backends import CpuBackend
 from ..ui import RunPanel, create_view
-from .plan import DEFAULT_RDZV_TIMEOUT, DEFAULT_STALL_TIMEOUT, LaunchPlan
+from . import exclusive
+from .plan import DEFAULT_RDZV_TIMEOUT, DEFAULT_STALL_NOTICE, DEFAULT_STALL_TIMEOUT, LaunchPlan
 from .preflight import check_args, check_function
 from .result import LaunchResult
 from .runner import launch
@@ -35,6 +36,7 @@ def notebook_launcher(
     start_method: str = "fork",
     timeout: float | None = None,
     stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
+    stall_notice: float | None = DEFAULT_STALL_NOTICE,
     threads_per_process: int | None = None,
     output: str = "all",
     ui: str = "auto",
@@ -51,7 +53,9 @@ def notebook_launcher(
     Args:
         function: the training function; pass it, do not call it.
         args: positional arguments for ``function``.
-        num_processes: processes to start. Defaults to the number of GPUs; required on CPU.
+        num_processes: processes to start. Defaults to the number of GPUs (at most that many);
+            required on CPU, at most 4 per usable core unless the environment variable
+            ``NOTEBOOK_LAUNCHER_MAX_PROCESSES`` sets another limit.
         mixed_precision: "no", "fp16", "bf16" or "fp8", handed to the workers' state.
         use_port: rendezvous port. On one node a free port is used if this one is taken; with
             several nodes node 0 listens on exactly ``master_addr:use_port``.
@@ -73,7 +77,8 @@ def notebook_launcher(
         rdzv_id: job id, exported to workers as ``TORCHELASTIC_RUN_ID``; the c10d run id.
         max_restarts: restart the whole group up to this many times after a failure. With
             several nodes every node restarts together (a failure anywhere restarts all).
-        monitor_interval: longest pause, in seconds, between the supervisor's checks.
+        monitor_interval: longest pause, in seconds, between the supervisor's checks (0.001
+            to 5).
         log_line_prefix_template: prefix of each output line; may use ``{rank}``,
             ``{local_rank}``, ``{node_rank}``. Default ``"[rank{rank}] "``.
         start_method: "fork" (default; inherits everything), "spawn" (fresh interpreters;
@@ -84,6 +89,9 @@ def notebook_launcher(
         stall_timeout: stop everything once a rank has shown no sign of life (no output, no
             events, no CPU use) for this many seconds; every rank's Python stack is shown first.
             None disables the check.
+        stall_notice: once a rank has shown no sign of life for this many seconds (default
+            60), say so in the cell and the status table, with where each rank is; nothing is
+            stopped. Once per quiet spell; None disables it.
         threads_per_process: torch intra-op threads per worker; default: usable cores divided
             by the number of processes, so ranks do not fight over cores.
         output: "all" shows every rank's output, "main" only rank 0's, "none" nothing (the last
@@ -143,6 +151,7 @@ def notebook_launcher(
         start_method=start_method,
         timeout=timeout,
         stall_timeout=stall_timeout,
+        stall_notice=stall_notice,
         threads_per_process=threads_per_process,
         output=output,
         rdzv_conf=rdzv_conf,
@@ -164,16 +173,24 @@ def debug_launcher(function: Callable[..., Any], args: tuple = (), num_processes
     check_function(function)
     call_args = check_args(args)
     plan = plan_launch(num_processes=num_processes, backend=CpuBackend())
-    return launch(function, call_args, plan)
+    exclusive.claim(exclusive.describe("foreground", function, plan.num_processes))
+    try:
+        return launch(function, call_args, plan)
+    finally:
+        exclusive.release()
 
 
 def run_with_view(function: Callable[..., Any], args: tuple, plan: LaunchPlan) -> LaunchResult:
     """Run a validated plan in this thread with its view (status table, charts or console
     status) attached, as :func:`notebook_launcher` does."""
-    view = create_view(plan.ui, plan.num_processes, plan.output, first_rank=plan.global_rank(0))
+    exclusive.claim(exclusive.describe("foreground", function, plan.num_processes))
     try:
-        result = launch(function, args, plan, listeners=(view,))
+        view = create_view(plan.ui, plan.num_processes, plan.output, first_rank=plan.global_rank(0))
+        try:
+            result = launch(function, args, plan, listeners=(view,))
+        finally:
+            view.finish()
     finally:
-        view.finish()
+        exclusive.release()
     result.panel = RunPanel(view.model)
     return result

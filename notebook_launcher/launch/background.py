@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..ui import RunPanel, create_view
+from . import exclusive
 from .errors import LaunchStoppedError
 from .plan import LaunchPlan
 from .preflight import check_args, check_function, run_preflight
@@ -159,6 +160,7 @@ class LaunchHandle:
         except BaseException as exc:  # kept for wait() and .exception
             self._exception = exc
         finally:
+            exclusive.release()  # before done: a launch right after wait() is allowed
             self.view.finish()
             with self._lock:
                 self._done.set()
@@ -192,17 +194,22 @@ def start_in_background(
     The preflight checks run here, so a launch they refuse raises now, not later in the thread.
     ``show=False`` leaves placing the view's widget to the caller (the config panel).
     """
-    plan = run_preflight(function, args, plan)
-    view = create_view(
-        plan.ui,
-        plan.num_processes,
-        plan.output,
-        first_rank=plan.global_rank(0),
-        background=True,
-        show=show,
-    )
-    handle = LaunchHandle(view, plan.num_processes)
-    handle._start(function, args, plan)
+    exclusive.claim(exclusive.describe("background", function, plan.num_processes))
+    try:
+        plan = run_preflight(function, args, plan)
+        view = create_view(
+            plan.ui,
+            plan.num_processes,
+            plan.output,
+            first_rank=plan.global_rank(0),
+            background=True,
+            show=show,
+        )
+        handle = LaunchHandle(view, plan.num_processes)
+        handle._start(function, args, plan)  # the thread releases the kernel when it ends
+    except BaseException:
+        exclusive.release()
+        raise
     return handle
 
 

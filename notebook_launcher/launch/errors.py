@@ -28,6 +28,30 @@ class PreflightError(LaunchError):
     """A check before starting any worker found a problem; the message says how to fix it."""
 
 
+class WorkersNotStartedError(LaunchError):
+    """The OS refused to start a worker process (a process or thread limit reached, no memory
+    to fork, no file descriptors left); the workers started before it were stopped.
+
+    ``started`` is how many had started, ``requested`` how many the launch needed and ``reason``
+    the OS error.
+    """
+
+    def __init__(self, started: int, requested: int, reason: OSError) -> None:
+        super().__init__(
+            f"the OS refused to start worker process {started + 1} of {requested} ({reason}); "
+            f"{started} of {requested} workers had started and were stopped, so none is left "
+            "running. The process limit may have been reached (`ulimit -u`, a container's or "
+            "cgroup's pids.max): start fewer processes or raise the limit."
+        )
+        self.started = started
+        self.requested = requested
+        self.reason = reason
+
+
+class LaunchBusyError(LaunchError):
+    """Another launch is running in this kernel (foreground or background): one at a time."""
+
+
 class RemoteTraceback(Exception):
     """Carries a worker's formatted traceback as the cause of the exception raised in the kernel."""
 
@@ -82,6 +106,24 @@ class WorkerStalledError(LaunchTimeoutError):
     def __init__(self, message: str, stacks: dict[int, str], ranks: tuple[int, ...]) -> None:
         super().__init__(message, stacks)
         self.ranks = ranks
+
+
+class DeadlockError(WorkerStalledError):
+    """A rank returned while every other rank waited in a collective that can never complete.
+
+    ``ranks`` are the waiting ranks, ``returned`` the ranks that had returned and ``stacks``
+    maps each waiting rank to its Python stack.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        stacks: dict[int, str],
+        ranks: tuple[int, ...],
+        returned: tuple[int, ...],
+    ) -> None:
+        super().__init__(message, stacks, ranks)
+        self.returned = returned
 
 
 class LaunchStoppedError(LaunchError):
@@ -149,6 +191,14 @@ class AttemptFailed(Exception):
         self.summary = summary
 
 
+def add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)``, also on Python 3.10 (which has ``__notes__`` but no method)."""
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    else:  # Python 3.10
+        error.__notes__ = [*getattr(error, "__notes__", []), note]
+
+
 def failure_to_raise(failure: WorkerFailure, stopped: tuple[int, ...]) -> BaseException:
     """The exception the kernel raises for a failed launch.
 
@@ -165,11 +215,7 @@ def failure_to_raise(failure: WorkerFailure, stopped: tuple[int, ...]) -> BaseEx
         # or pose as an interrupt of the kernel itself, with the launch details lost.
         return WorkersFailedError(failure, stopped)
     error = original
-    note = failure.report(stopped, include_traceback=False, include_lines=False)
-    if hasattr(error, "add_note"):
-        error.add_note(note)
-    else:  # Python 3.10
-        error.__notes__ = [*getattr(error, "__notes__", []), note]
+    add_note(error, failure.report(stopped, include_traceback=False, include_lines=False))
     try:
         error.launch_failure = failure  # type: ignore[attr-defined]
         if not hasattr(type(error), "_render_traceback_"):  # IPython shows the report alone

@@ -10,6 +10,7 @@ OUTPUT_CHOICES = ("all", "main", "none")
 DEFAULT_PREFIX_TEMPLATE = "[rank{rank}] "
 DEFAULT_MULTINODE_PREFIX_TEMPLATE = "[node{node_rank}:{local_rank} rank{rank}] "
 DEFAULT_STALL_TIMEOUT = 900.0  # seconds without a sign of life before a rank counts as stalled
+DEFAULT_STALL_NOTICE = 60.0  # seconds without a sign of life before the cell and panel say so
 DEFAULT_RDZV_TIMEOUT = 300.0  # seconds every node waits for the others to arrive
 LOOPBACK = "127.0.0.1"
 
@@ -43,6 +44,7 @@ class LaunchPlan:
     # start_method="auto": fork, switched to spawn where the kernel's state would break forked
     # workers (CUDA initialised) and the function and its arguments can travel by value.
     auto_start_method: bool = False
+    stall_notice: float | None = DEFAULT_STALL_NOTICE  # quiet seconds before a notice; None: off
 
     @property
     def world_size(self) -> int:

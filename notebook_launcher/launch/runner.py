@@ -20,7 +20,7 @@ from .preflight import run_preflight
 from .rendezvous import open_rendezvous
 from .result import LaunchResult
 from .signals import interrupts_deferred
-from .supervisor import Supervisor
+from .supervisor import DEADLOCK_AFTER, Supervisor
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +113,9 @@ def _attempt(
                 listeners,
                 stop=stop,
                 watch=attempt.watch,
+                # Another node's ranks are unseen: one of them may still be computing.
+                deadlock_after=None if plan.multi_node else DEADLOCK_AFTER,
+                stall_notice=plan.stall_notice,
             )
             payloads = supervisor.run(deadline)
         except KeyboardInterrupt:

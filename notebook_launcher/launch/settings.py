@@ -5,6 +5,7 @@ with the device's backend and the start method's launcher."""
 from __future__ import annotations
 
 import math
+import os
 
 from ..backends import Backend, launch_backend
 from ..ui import check_ui
@@ -16,6 +17,7 @@ from .plan import (
     DEFAULT_MULTINODE_PREFIX_TEMPLATE,
     DEFAULT_PREFIX_TEMPLATE,
     DEFAULT_RDZV_TIMEOUT,
+    DEFAULT_STALL_NOTICE,
     DEFAULT_STALL_TIMEOUT,
     LOOPBACK,
     OUTPUT_CHOICES,
@@ -24,27 +26,70 @@ from .plan import (
 )
 from .rendezvous.options import check_rdzv_conf, format_endpoint, node_wait, parse_endpoint
 
+# Upper bounds: a value past them is a typo (or a fuzzer), never a plan.
+CPU_PROCESSES_PER_CORE = 4  # CPU workers per usable core without MAX_PROCESSES_ENV
+MAX_PROCESSES_ENV = "NOTEBOOK_LAUNCHER_MAX_PROCESSES"  # raises the CPU cap when set
+MOST_NODES = 65536
+MOST_RESTARTS = 100
+MONITOR_INTERVAL_RANGE = (0.001, 5.0)  # seconds
+LONGEST_WAIT = 30 * 24 * 3600.0  # 30 days: the most any timeout may be
 
-def _int(name: str, value: object, minimum: int) -> int:
+
+def _int(name: str, value: object, minimum: int, maximum: int | None = None, why: str = "") -> int:
+    allowed = (
+        f"expected an int >= {minimum}"
+        if maximum is None
+        else f"expected an int >= {minimum} and <= {maximum}"
+    )
     if isinstance(value, bool) or not isinstance(value, int):
-        raise invalid(name, value, f"expected an int >= {minimum}")
-    if value < minimum:
-        raise invalid(name, value, f"expected an int >= {minimum}")
+        raise invalid(name, value, allowed)
+    if value < minimum or (maximum is not None and value > maximum):
+        raise invalid(name, value, allowed + why)
     return value
 
 
-def _seconds(name: str, value: object, allow_none: bool = True) -> float | None:
+def _seconds(
+    name: str,
+    value: object,
+    allow_none: bool = True,
+    low: float = 0.0,
+    high: float = LONGEST_WAIT,
+) -> float | None:
     if value is None and allow_none:
         return None
+    allowed = (
+        f"expected a number of seconds > 0 (and <= {high:g})"
+        if low == 0
+        else f"expected a number of seconds > 0 (from {low:g} to {high:g})"
+    ) + (" or None" if allow_none else "")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise invalid(
-            name, value, "expected a number of seconds > 0" + (" or None" if allow_none else "")
+        raise invalid(name, value, allowed)
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float
+        raise invalid(name, value, allowed) from None
+    if not math.isfinite(seconds) or seconds <= 0 or seconds < low or seconds > high:
+        raise invalid(name, value, allowed)
+    return seconds
+
+
+def _most_cpu_processes() -> tuple[int, str]:
+    """How many CPU workers a node may start, and where that number comes from."""
+    cores = available_cpu_count()
+    raw = os.environ.get(MAX_PROCESSES_ENV, "").strip()
+    if not raw:
+        most = CPU_PROCESSES_PER_CORE * cores
+        return most, (
+            f" ({CPU_PROCESSES_PER_CORE} per usable core, {cores} cores here; set the "
+            f"environment variable {MAX_PROCESSES_ENV} to allow more)"
         )
-    if not math.isfinite(value) or value <= 0:
-        raise invalid(
-            name, value, "expected a number of seconds > 0" + (" or None" if allow_none else "")
-        )
-    return float(value)
+    try:
+        most = int(raw)
+    except ValueError:
+        most = 0
+    if most < 1:
+        raise invalid(MAX_PROCESSES_ENV, raw, "expected a positive int (environment variable)")
+    return most, f" (the environment variable {MAX_PROCESSES_ENV}={most})"
 
 
 def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:
@@ -98,6 +143,7 @@ def plan_launch(
     start_method: object = "fork",
     timeout: object = None,
     stall_timeout: object = DEFAULT_STALL_TIMEOUT,
+    stall_notice: object = DEFAULT_STALL_NOTICE,
     threads_per_process: object = None,
     output: object = "all",
     rdzv_conf: object = None,
@@ -140,8 +186,12 @@ def plan_launch(
                 f"this machine has no GPU, so say how many CPU processes to start, "
                 f"e.g. num_processes=2 (it has {available_cpu_count()} usable cores)",
             )
-    nprocs = _int("num_processes", num_processes, 1)
-    nnodes = _int("num_nodes", num_nodes, 1)
+    if devices > 0:  # GPUs and XLA devices: the launcher's check_group bounds the count
+        nprocs = _int("num_processes", num_processes, 1)
+    else:
+        most, why = _most_cpu_processes()
+        nprocs = _int("num_processes", num_processes, 1, most, why)
+    nnodes = _int("num_nodes", num_nodes, 1, MOST_NODES)
     nrank = _int("node_rank", node_rank, 0)
     if nrank >= nnodes:
         raise invalid("node_rank", nrank, f"expected 0 <= node_rank < num_nodes={nnodes}")
@@ -172,7 +222,8 @@ def plan_launch(
     threads = threads_per_process
     if threads is None:
         threads = max(1, available_cpu_count() // nprocs)
-    threads = _int("threads_per_process", threads, 1)
+    cores = available_cpu_count()
+    threads = _int("threads_per_process", threads, 1, cores, " (the usable cores of this machine)")
     return LaunchPlan(
         num_processes=nprocs,
         num_nodes=nnodes,
@@ -185,10 +236,17 @@ def plan_launch(
         exact_port=nnodes > 1,
         rdzv_backend=rdzv,
         rdzv_id=rdzv_id,
-        max_restarts=_int("max_restarts", max_restarts, 0),
-        monitor_interval=_seconds("monitor_interval", monitor_interval, allow_none=False),
+        max_restarts=_int("max_restarts", max_restarts, 0, MOST_RESTARTS),
+        monitor_interval=_seconds(
+            "monitor_interval",
+            monitor_interval,
+            allow_none=False,
+            low=MONITOR_INTERVAL_RANGE[0],
+            high=MONITOR_INTERVAL_RANGE[1],
+        ),
         timeout=_seconds("timeout", timeout),
         stall_timeout=_seconds("stall_timeout", stall_timeout),
+        stall_notice=_seconds("stall_notice", stall_notice),
         threads_per_process=threads,
         output=_choice("output", output, OUTPUT_CHOICES),
         log_line_prefix_template=_prefix_template(log_line_prefix_template, nnodes > 1),

@@ -14,6 +14,7 @@ import psutil
 from ..protocol import names
 from ..protocol.channel import READ_CHUNK
 from ..protocol.events import (
+    RankQuiet,
     SupervisorTick,
     WorkerExited,
     WorkerFailed,
@@ -24,16 +25,18 @@ from ..protocol.events import (
 from ..protocol.failure import looks_secondary
 from .errors import (
     AttemptFailed,
+    DeadlockError,
     LaunchStoppedError,
     LaunchTimeoutError,
     WorkerFailure,
     WorkerStalledError,
+    add_note,
     failure_to_raise,
 )
 from .launchers import WorkerHandle
 from .output import OutputSink
 from .processes import kill_tree
-from .stacks import holding_up, trim_kernel_frames, where_ranks_were
+from .stacks import holding_up, locate, trim_kernel_frames, where_ranks_were
 
 logger = logging.getLogger(__name__)
 LIVENESS_CHECK_EVERY = 0.5  # seconds between CPU-time samples of each worker
@@ -43,6 +46,8 @@ DRAIN_LIMIT = 1.0  # how long to wait for the last output of stopped workers
 STACK_DUMP_WAIT = 2.0  # how long to wait for every rank's stack after asking for it
 STACK_QUIET = 0.2  # a rank's stack is complete once it has been quiet this long
 TICK_EVERY = 0.1  # seconds between the ticks listeners get while the run goes on
+DEADLOCK_AFTER = 3.0  # seconds after a rank returned before the others' stacks are checked
+DEADLOCK_RECHECK = 1.5  # seconds between the two stack samples that must agree
 
 
 class Supervisor:
@@ -57,6 +62,14 @@ class Supervisor:
         stop: when set, the run is torn down and :class:`LaunchStoppedError` raised.
         watch: called on every turn of the loop; when it returns an exception, every worker is
             stopped and that exception raised (multi-node launches: another node failed).
+        deadlock_after: once a rank has returned for this many seconds while the others still
+            run, their stacks are sampled; if every one of them waits in a collective at the
+            same place in two samples ``DEADLOCK_RECHECK`` apart, the job is stopped with a
+            :class:`DeadlockError` (a rank that returned never joins another collective).
+            None disables the check (multi-node launches: the other nodes' ranks are unseen).
+        stall_notice: seconds without a sign of life after which a rank is named in a notice
+            (the sink's, and a :class:`RankQuiet` event) with where every rank is; once per
+            quiet spell, nothing is stopped. None disables it.
     """
 
     def __init__(
@@ -69,6 +82,8 @@ class Supervisor:
         clock: Callable[[], float] = time.monotonic,
         stop: threading.Event | None = None,
         watch: Callable[[], BaseException | None] | None = None,
+        deadlock_after: float | None = DEADLOCK_AFTER,
+        stall_notice: float | None = None,
     ) -> None:
         self.handles = handles
         self.stop = stop
@@ -83,6 +98,11 @@ class Supervisor:
         self.listeners = listeners
         self.clock = clock
         self._next_liveness = clock() + LIVENESS_CHECK_EVERY
+        self.deadlock_after = deadlock_after
+        self.stall_notice = stall_notice
+        self._noticed: dict[int, float] = {}  # rank -> the last_alive of the spell noticed
+        self._next_deadlock_check = clock()
+        self._deadlock_places: dict | None = None  # the last sample of the waiting ranks
         self._by_conn = {}
         for handle in handles:
             if handle.closed:  # torn down already
@@ -123,6 +143,9 @@ class Supervisor:
             if stalled:
                 error = self._stall(stalled)
                 raise AttemptFailed(error, str(error).splitlines()[0])
+            deadlock = self._deadlocked(now)
+            if deadlock is not None:
+                raise AttemptFailed(deadlock, str(deadlock).splitlines()[0])
             wait_for = self.monitor_interval
             if deadline is not None:
                 wait_for = max(0.0, min(wait_for, deadline - now))
@@ -182,6 +205,7 @@ class Supervisor:
             handle.status, handle.pid = "running", event.pid
         elif isinstance(event, WorkerFinished):
             handle.status, handle.result = "finished", event.payload
+            handle.finished_at = self.clock()
         elif isinstance(event, WorkerFailed):
             handle.status, handle.failed = "failed", event
         self._publish(event)
@@ -221,7 +245,18 @@ class Supervisor:
         self._await_exits([primary], EXIT_GRACE)
         self.teardown()
         failure = self._describe(primary)
-        return failure_to_raise(failure, tuple(h.rank for h in others)), failure
+        error = failure_to_raise(failure, tuple(h.rank for h in others))
+        returned = [h.rank for h in self.handles if h.status == "finished"]
+        if returned and failure.exc_type and looks_secondary(failure.exc_type, failure.message):
+            # gloo: the peer that returned closed its connections, which is what this rank saw.
+            note = (
+                f"rank {', '.join(map(str, returned))} had already returned: rank "
+                f"{primary.rank} most likely waited for it in a collective it never joined. "
+                "Every rank must take part in each collective the others call."
+            )
+            self.sink.notice(f"notebook_launcher: {note}")
+            add_note(error, note)
+        return error, failure
 
     def _describe(self, handle: WorkerHandle) -> WorkerFailure:
         known = dict(
@@ -244,7 +279,9 @@ class Supervisor:
         )
 
     def _stalled(self, now: float) -> list[WorkerHandle]:
-        if self.stall_timeout is None or now < self._next_liveness:
+        if self.stall_timeout is None and self.stall_notice is None:
+            return []
+        if now < self._next_liveness:
             return []
         self._next_liveness = now + LIVENESS_CHECK_EVERY
         for handle in self.handles:
@@ -255,11 +292,54 @@ class Supervisor:
                 handle.last_alive = now
             handle.cpu_seen = max(handle.cpu_seen, cpu)
         limit = self.stall_timeout
+        if limit is None:
+            self._notice_quiet(now)
+            return []
+        if not any(
+            h.status in ("starting", "running") and now - h.last_alive >= limit
+            for h in self.handles
+        ):
+            self._notice_quiet(now)
         return [
             h
             for h in self.handles
             if h.status in ("starting", "running") and now - h.last_alive >= limit
         ]
+
+    def _notice_quiet(self, now: float) -> None:
+        """Name, once per quiet spell, every rank quiet for ``stall_notice`` seconds, with where
+        each rank is; nothing is stopped."""
+        limit = self.stall_notice
+        if limit is None:
+            return
+        quiet = [
+            h
+            for h in self.handles
+            if h.status in ("starting", "running")
+            and now - h.last_alive >= limit
+            and self._noticed.get(h.rank) != h.last_alive
+        ]
+        if not quiet:
+            return
+        stacks = self._collect_stacks()
+        quiet = [h for h in quiet if h.status in ("starting", "running")]
+        for handle in quiet:
+            self._noticed[handle.rank] = handle.last_alive
+            place = locate(stacks.get(handle.rank, ""))
+            where = place.describe() if place else "at an unknown place (no stack)"
+            self._publish(RankQuiet(handle.rank, now - handle.last_alive, where, handle.last_alive))
+        if quiet:
+            ranks = ", ".join(str(h.rank) for h in quiet)
+            until = (
+                f"stall_timeout={self.stall_timeout:g} s stops the run"
+                if self.stall_timeout is not None
+                else "stall_timeout=None: nothing will stop it"
+            )
+            self.sink.notice(
+                f"notebook_launcher: rank {ranks} has shown no sign of life (no output, no "
+                f"events, no CPU use) for {limit:g} s; nothing was stopped ({until}). "
+                f"{where_ranks_were(stacks)}"
+            )
 
     def _stall(self, stalled: list[WorkerHandle]) -> BaseException:
         ranks = tuple(h.rank for h in stalled)
@@ -276,6 +356,49 @@ class Supervisor:
         self.blamed = holding_up(stacks) or ranks
         self.teardown()
         return WorkerStalledError(message, stacks, ranks)
+
+    def _deadlocked(self, now: float) -> BaseException | None:
+        """A :class:`DeadlockError` once a rank returned and every other waits in a collective
+        at the same place in two samples; else None."""
+        if self.deadlock_after is None or now < self._next_deadlock_check:
+            return None
+        returned = [h for h in self.handles if h.status == "finished"]
+        waiting = [h for h in self.handles if h.status in ("starting", "running")]
+        if not returned or not waiting:
+            return None
+        since = min(h.finished_at if h.finished_at is not None else now for h in returned)
+        if now - since < self.deadlock_after:
+            self._next_deadlock_check = since + self.deadlock_after
+            return None
+        self._next_deadlock_check = now + DEADLOCK_RECHECK
+        stacks = self._collect_stacks()
+        if any(h.status not in ("starting", "running") for h in waiting):
+            return None  # one finished or failed meanwhile: the loop handles it
+        places = {h.rank: locate(stacks.get(h.rank, "")) for h in waiting}
+        if not all(
+            p is not None and p.in_collective and not p.in_rendezvous for p in places.values()
+        ):
+            self._deadlock_places = None
+            return None
+        if places != self._deadlock_places:
+            self._deadlock_places = places  # the first sample: the second must agree
+            return None
+        gone = ", ".join(str(h.rank) for h in returned)
+        held = ", ".join(str(h.rank) for h in waiting)
+        message = (
+            f"rank {gone} returned while rank {held} waited for it in a collective (at the "
+            f"same place in two samples {DEADLOCK_RECHECK:g} s apart): a certain deadlock, so "
+            f"all ranks were stopped. {where_ranks_were(stacks)} Every rank must take part in "
+            "each collective the others call: a rank that returns early (or skips a "
+            "collective under an if) leaves the others waiting forever."
+        )
+        # Shown once, by the error.
+        self.stop_reason, self.stop_requested = "certain deadlock", False
+        self.blamed = tuple(h.rank for h in returned)
+        self.teardown()
+        return DeadlockError(
+            message, stacks, tuple(h.rank for h in waiting), tuple(h.rank for h in returned)
+        )
 
     def _timeout(self, now: float, deadline: float) -> BaseException:
         stacks = self._collect_stacks()
@@ -297,6 +420,8 @@ class Supervisor:
     def _collect_stacks(self) -> dict[int, str]:
         """Ask every live rank for its Python stacks (all threads, kernel frames trimmed)."""
         alive = [h for h in self.handles if not h.exited and h.status != "finished"]
+        # Dumping a stack is not a sign of life: the quiet times are kept as they were.
+        quiet_since = {h: h.last_alive for h in alive}
         for handle in alive:
             handle.capture = []
             try:
@@ -312,6 +437,8 @@ class Supervisor:
         stacks = {h.rank: "\n".join(trim_kernel_frames(h.capture or [])) for h in alive}
         for handle in alive:
             handle.capture = None
+            handle.last_alive = quiet_since[handle]
+            handle.cpu_seen = max(handle.cpu_seen, _cpu_seconds(handle.pid))
         return stacks
 
     def teardown(self) -> None:

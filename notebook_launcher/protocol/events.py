@@ -125,4 +125,17 @@ class SupervisorTick:
     last_alive: tuple[tuple[int, float], ...] = ()
 
 
+@dataclass(frozen=True)
+class RankQuiet:
+    """A rank has shown no sign of life (no output, no events, no CPU use) for ``quiet_for``
+    seconds, since the kernel's monotonic time ``since``; ``where`` says where its stack was
+    ("in train (Cell In[3]:5)"). A notice, made in the kernel once per quiet spell: nothing was
+    stopped (``stall_timeout`` decides that)."""
+
+    rank: int
+    quiet_for: float
+    where: str
+    since: float
+
+
 WorkerEvent = WorkerStarted | WorkerFinished | WorkerFailed | TrackingBatch

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..utils.environment import in_kernel
+from ..utils.validation import invalid
 from .model import RunModel
 from .views import ConsoleView, View
 from .widgets import WidgetView
@@ -19,9 +20,7 @@ UI_CHOICES = ("auto", *VIEWS)
 def check_ui(ui: object) -> str:
     """Raise ValueError unless ``ui`` is one of :data:`UI_CHOICES`."""
     if not isinstance(ui, str) or ui not in UI_CHOICES:
-        raise ValueError(
-            f"ui={ui!r} is not valid: allowed values are " + ", ".join(map(repr, UI_CHOICES))
-        )
+        raise invalid("ui", ui, "allowed values are " + ", ".join(map(repr, UI_CHOICES)))
     return ui
 
 

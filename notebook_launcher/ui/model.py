@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..protocol.events import (
     OutputLine,
+    RankQuiet,
     SupervisorTick,
     TrackingBatch,
     WorkerExited,
@@ -50,6 +51,8 @@ class RankState:
     stop_reason: str = ""
     stop_requested: bool = False  # stopped because the user asked (stop, interrupt): no error
     blamed: bool = False  # the rank held responsible for the end of the run
+    notice: str = ""  # "no sign of life for 60 s — in train (...)" until it shows life again
+    _notice_since: float | None = field(default=None, repr=False)
     exitcode: int | None = None
     memory: int | None = None  # bytes of device memory held, where known
     logged: int = 0  # metric values received from it
@@ -107,6 +110,7 @@ class RunModel:
             WorkerStopped: self._stopped,
             TrackingBatch: self._batch,
             SupervisorTick: self._tick,
+            RankQuiet: self._quiet,
         }
 
     # -- reducing ---------------------------------------------------------------------------------
@@ -210,6 +214,17 @@ class RunModel:
             state = self._rank(rank)
             if state is not None and (state.last_alive is None or alive > state.last_alive):
                 state.last_alive = alive
+            if state is not None and state.notice and alive > (state._notice_since or 0.0):
+                state.notice, state._notice_since = "", None  # a sign of life ends the spell
+                self.version += 1
+
+    def _quiet(self, event: RankQuiet, now: float) -> None:
+        state = self._rank(event.rank)
+        if state is None or state.state not in ACTIVE:
+            return
+        state.notice = f"no sign of life for {event.quiet_for:.0f} s — {event.where}"[:MAX_TEXT]
+        state._notice_since = event.since
+        self.version += 1
 
     def _batch(self, event: TrackingBatch, now: float) -> None:
         state = self._rank(event.rank)

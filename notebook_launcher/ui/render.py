@@ -261,6 +261,10 @@ def _details_html(state: RankState) -> str:
         )
     elif state.state == "stopped" and state.stop_reason:
         parts.append(f"<i>stopped: {clipped_html(state.stop_reason, STATUS_CHARS)}</i>")
+    if state.notice and state.state in ACTIVE:
+        parts.append(
+            f'<span class="nl-notice" style="color:#b8860b">{clipped_html(state.notice, STATUS_CHARS)}</span>'
+        )
     if state.status:
         parts.append(f"<i>{clipped_html(state.status, STATUS_CHARS)}</i>")
     if state.last_line:
@@ -305,6 +309,8 @@ def _text_row(state: RankState) -> str:
         parts.append(f"stopped: {state.stop_reason}")
     if state.blamed and not state.error:
         parts.append("(likely cause)")
+    if state.notice and state.state in ACTIVE:
+        parts.append(state.notice)
     if state.status:
         parts.append(state.status)
     return "  ".join(parts).rstrip()

@@ -22,7 +22,19 @@ def invalid(
     name: str, value: object, allowed: str, error: type[Exception] = ValueError
 ) -> Exception:
     """An exception saying ``name=value`` is not valid and what would be."""
-    return error(f"{name}={value!r} is not valid: {allowed}.")
+    return error(f"{name}={_safe_repr(value)} is not valid: {allowed}.")
+
+
+def _safe_repr(value: Any, longest: int = 200) -> str:
+    """``repr(value)``, cut to ``longest`` characters; an int too long to print (Python limits
+    int-to-str conversion) or an object whose repr fails is described instead."""
+    try:
+        text = repr(value)
+    except Exception:
+        if isinstance(value, int):
+            return f"<an int of {value.bit_length()} bits>"
+        return f"<{type(value).__name__} object>"
+    return text if len(text) <= longest else text[: longest - 3] + "..."
 
 
 def check_bool(name: str, value: object) -> bool:

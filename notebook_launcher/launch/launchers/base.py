@@ -12,6 +12,7 @@ import torch.multiprocessing as tmp
 from ...protocol.channel import LineSplitter
 from ...protocol.names import WORKER_ENTRY, entry_point
 from ...protocol.spec import WorkerSpec
+from ..errors import WorkersNotStartedError
 from ..processes import kill_tree
 
 
@@ -31,6 +32,7 @@ class WorkerHandle:
     exitcode: int | None = None
     started_at: float = 0.0
     last_alive: float = 0.0
+    finished_at: float | None = None  # when the kernel learnt that the function returned
     cpu_seen: float = 0.0
     capture: list[str] | None = field(default=None, repr=False)
     node_rank: int | None = None  # set in multi-node launches, for failure reports
@@ -96,12 +98,18 @@ class Launcher(ABC):
     def start_group(self, specs: list[WorkerSpec], payload: Any, now: float) -> list[WorkerHandle]:
         """Start a worker for each spec (in local-rank order) and return their handles.
 
-        If one cannot start, the ones already started are killed before the error is raised.
+        If one cannot start, the ones already started are killed before the error is raised;
+        when the OS refuses (a process limit reached, no memory for the fork, no descriptors),
+        a :class:`WorkersNotStartedError` says how many had started.
         """
         handles: list[WorkerHandle] = []
         try:
             for spec in specs:
                 handles.append(self.start(spec, payload, now))
+        except OSError as error:
+            for handle in handles:
+                handle.discard()
+            raise WorkersNotStartedError(len(handles), len(specs), error) from error
         except BaseException:
             for handle in handles:
                 handle.discard()

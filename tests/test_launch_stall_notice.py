@@ -1,0 +1,73 @@
+"""A rank quiet for ``stall_notice`` seconds is named in the cell and the status table, with where
+each rank is, once per quiet spell; nothing is stopped."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+from notebook_launcher import plan_launch
+from notebook_launcher.launch.runner import launch
+from notebook_launcher.protocol.events import OutputLine, RankQuiet, SupervisorTick
+from notebook_launcher.ui.model import RunModel
+from notebook_launcher.ui.render import status_text
+
+
+def quiet_rank():
+    rank = int(os.environ["RANK"])
+    if rank == 1:
+        time.sleep(4)  # no output, no CPU: quiet for 4 s
+    return rank
+
+
+def _run(stall_notice):
+    events, notices = [], []
+    model = RunModel(2)
+
+    def listen(event):
+        events.append(event)
+        model.apply(event)
+        if isinstance(event, RankQuiet):
+            notices.append(model.ranks[event.rank].notice)
+
+    plan = plan_launch(
+        num_processes=2, stall_notice=stall_notice, stall_timeout=30, timeout=60, ui="none"
+    )
+    result = launch(quiet_rank, (), plan, listeners=(listen,))
+    return result, [e for e in events if isinstance(e, RankQuiet)], notices
+
+
+def test_a_quiet_rank_is_noticed_once_and_the_run_goes_on(capfd):
+    result, quiet, notices = _run(stall_notice=1.0)
+
+    assert result.values == [0, 1]  # nothing was stopped
+    assert [event.rank for event in quiet] == [1]  # once for the spell, not every check
+    assert quiet[0].quiet_for >= 1.0
+    assert quiet[0].where.startswith("in quiet_rank (")
+    assert re.match(r"no sign of life for \d+ s — in quiet_rank \(", notices[0])
+    err = capfd.readouterr().err
+    assert "notebook_launcher: rank 1 has shown no sign of life" in err
+    assert "for 1 s; nothing was stopped (stall_timeout=30 s stops the run)" in err
+    assert "Where each rank was: rank 1 was in quiet_rank (" in err
+
+
+def test_stall_notice_none_says_nothing(capfd):
+    result, quiet, _ = _run(stall_notice=None)
+
+    assert result.values == [0, 1]
+    assert quiet == []
+    assert "no sign of life" not in capfd.readouterr().err
+
+
+def test_the_model_shows_the_notice_until_the_rank_shows_life():
+    model = RunModel(2)
+    model.apply(RankQuiet(1, 61.2, "in train (Cell In[3]:5)", since=10.0), now=71.2)
+
+    assert model.ranks[1].notice == "no sign of life for 61 s — in train (Cell In[3]:5)"
+    assert "no sign of life for 61 s — in train (Cell In[3]:5)" in status_text(model, 72.0)
+    model.apply(SupervisorTick(72.0, ((0, 72.0), (1, 10.0))), now=72.0)
+    assert model.ranks[1].notice  # still quiet
+    model.apply(OutputLine(1, "stdout", "step 5"), now=73.0)
+    model.apply(SupervisorTick(73.0, ((0, 73.0), (1, 73.0))), now=73.0)
+    assert model.ranks[1].notice == ""
