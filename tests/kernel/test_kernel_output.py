@@ -57,6 +57,7 @@ import logging, os, sys
 from notebook_launcher import notebook_launcher
 
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", force=True)
+logging.getLogger("notebook_launcher").setLevel(logging.WARNING)  # its own notes (a taken port) are not the workers'
 notebook_stdout = sys.stdout  # as a progress bar created in an earlier cell would keep it
 
 def uses_kernel_streams():
