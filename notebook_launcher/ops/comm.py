@@ -80,8 +80,11 @@ class SharedMemoryCommunicator(Communicator):
     """A CPU (gloo) job's collectives: tensors through shared memory when every rank runs on
     this machine (see :mod:`notebook_launcher.ops.shared_memory`), else over gloo.
 
-    The exchange is made by the first tensor collective (every rank makes that call), so that
-    creating the communicator alone, which one rank may do, starts nothing collective.
+    The exchange is made by the first collective (every rank makes that call, whichever it is),
+    so that creating the communicator alone, which one rank may do, starts nothing collective.
+    The object collectives stay on gloo, but each is first announced through the exchange, so
+    that ranks making different calls (one gathers objects while another reduces a tensor) get
+    the exchange's error naming what each did, before any of them enters gloo.
     """
 
     EXCHANGE_BYTES = 4 * 2**20  # shared memory for the slots of every rank together
@@ -123,6 +126,22 @@ class SharedMemoryCommunicator(Communicator):
             super().broadcast(tensor, src)
         else:
             exchange.broadcast_(tensor, src)
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        exchange = self._local()
+        if exchange is not None:
+            from .shared_memory import GATHER_OBJECT
+
+            exchange.announce(GATHER_OBJECT)
+        return super().all_gather_object(obj)
+
+    def broadcast_object_list(self, objects: list[Any], src: int) -> None:
+        exchange = self._local()
+        if exchange is not None:
+            from .shared_memory import BROADCAST_OBJECTS
+
+            exchange.announce(BROADCAST_OBJECTS, src)
+        super().broadcast_object_list(objects, src)
 
 
 class XlaCommunicator(Communicator):
