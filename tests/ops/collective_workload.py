@@ -432,3 +432,159 @@ def _first(a: torch.Tensor, b: torch.Tensor) -> str:
         differ = (differ & ~(flat_a.isnan() & flat_b.isnan())) | (flat_a.isnan() != flat_b.isnan())
     i = int(differ.nonzero()[0, 0])
     return f"element {i}: {flat_a[i].item()!r} against {flat_b[i].item()!r}"
+
+
+# -- killing a rank inside collectives ---------------------------------------------------------
+
+# Places in the exchange where a rank can kill itself (see kill_trial): the line about to run.
+KILL_LINES = {
+    "before publishing the step": "header[self._mine + FLAG] = step",
+    "after publishing, before waiting": "self._wait(step)",
+    "after waiting, before checking the calls": "for words in records:",
+    "before adding the slots": "self._add(area, chunk, begin, region)",
+    "in the middle of the additions": "torch.add(area[(j - k) % world, lo:hi], acc, out=acc)",
+    "before copying the gathered slots": "rows[:, begin : begin + chunk.numel()].copy_(area)",
+    "before copying the broadcast slot": "chunk.copy_(area[src])",
+    "while sleeping in the wait": "ended = self._peers.ended(pause)",
+}
+
+
+def _kill_at(text: str, hit: int) -> None:
+    """SIGKILL this process the ``hit``-th time the exchange is about to run the line ``text``
+    (after writing the time to ``kill_at.time`` in the working directory)."""
+    import linecache
+    import os
+    import signal
+    import sys
+    import time
+
+    from notebook_launcher.ops import shared_memory
+
+    path = shared_memory.__file__
+    lines = linecache.getlines(path)
+    numbers = {i + 1 for i, line in enumerate(lines) if line.strip() == text}
+    assert numbers, f"no line {text!r} in {path}"
+    hits = 0
+
+    def local(frame, event, arg):
+        nonlocal hits
+        if event == "line" and frame.f_lineno in numbers:
+            hits += 1
+            if hits == hit:
+                with open("kill_at.time", "w") as out:
+                    out.write(repr(time.time()))
+                os.kill(os.getpid(), signal.SIGKILL)
+        return local
+
+    def calls(frame, event, arg):
+        return local if frame.f_code.co_filename == path else None
+
+    sys.settrace(calls)
+
+
+def collectives_until_killed(folder: str, kill_line: str | None, hit: int, child: bool) -> None:
+    """A rank that runs collectives of every kind until it is killed (or kills itself: rank 1,
+    at the ``hit``-th run of ``kill_line``). ``child``: rank 1 starts a process first (as a
+    DataLoader does), which keeps its pipes open after it dies."""
+    import os
+    import time
+
+    from notebook_launcher import PartialState, ops
+
+    state = PartialState()
+    rank, world = state.process_index, state.num_processes
+    os.chdir(folder)
+    if child and rank == 1:
+        import multiprocessing
+
+        multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,)).start()
+    big = torch.ones(300_000)  # several chunks of the default slots
+    metrics = {"loss": torch.ones(()), "counts": torch.arange(5), "hits": torch.ones(3) > 0}
+    ops.reduce(torch.ones(1))  # the exchange is made
+    with open(f".{rank}", "w") as out:
+        out.write(str(os.getpid()))
+    os.rename(f".{rank}", f"ready{rank}")
+    if kill_line is not None and rank == 1:
+        _kill_at(kill_line, hit)
+    step = 0
+    while True:
+        step += 1
+        if rank == 0 and step % 5 == 0:
+            time.sleep(0.01)  # the others wait long enough to sleep in their wait
+        ops.reduce(big)
+        ops.gather(metrics)
+        ops.broadcast(torch.ones(1000), from_process=step % world)
+        ops.reduce(metrics, reduction="sum")
+        if step % 10 == 0:
+            ops.gather_object(step)
+
+
+@dataclass
+class Killed:
+    """How one kill trial ended."""
+
+    world: int
+    victim: int
+    seconds: float  # from the kill to the exception in the caller
+    error: str
+
+
+def kill_trial(
+    folder: str,
+    world: int,
+    rng: random.Random,
+    kill_line: str | None = None,
+    child: bool = False,
+    timeout: float = 60,
+) -> Killed:
+    """Launch ``world`` ranks running :func:`collectives_until_killed` and kill one: from here
+    after a random delay (``rng``), or where ``kill_line`` says (rank 1 kills itself there).
+    Measures the time from the kill to the launch's exception."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from notebook_launcher import notebook_launcher
+
+    victim = 1 if kill_line is not None else rng.randrange(world)
+    hit = rng.randint(1, 40)
+    delay = rng.uniform(0.0, 0.25)
+    killed_at: list[float] = []
+
+    def kill() -> None:
+        paths = [os.path.join(folder, f"ready{r}") for r in range(world)]
+        while not all(os.path.exists(p) for p in paths):
+            time.sleep(0.002)
+        with open(paths[victim]) as ready:
+            pid = int(ready.read())
+        time.sleep(delay)
+        killed_at.append(time.time())
+        os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill, daemon=True) if kill_line is None else None
+    if killer is not None:
+        killer.start()
+    try:
+        notebook_launcher(
+            collectives_until_killed,
+            args=(folder, kill_line, hit, child),
+            num_processes=world,
+            timeout=timeout,
+            output="none",
+            ui="none",
+        )
+    except Exception as error:  # whatever the launch raises is the report
+        raised, message = time.time(), f"{type(error).__name__}: {error}"
+    else:
+        raise AssertionError("the launch returned although a rank was killed")
+    if killer is not None:
+        killer.join(5)
+        if not killed_at:
+            raise AssertionError(f"the launch failed before the kill: {message}")
+    else:
+        with open(os.path.join(folder, "kill_at.time")) as stamp:
+            killed_at.append(float(stamp.read()))
+    for name in os.listdir(folder):
+        os.remove(os.path.join(folder, name))
+    return Killed(world, victim, raised - killed_at[0], message)
