@@ -244,6 +244,7 @@ def run(
         "results": results if state.process_index == 0 else None,
         "digests": digest(results),
         "slot_bytes": exchange.slot_bytes if exchange is not None else None,
+        "steps": exchange._step if exchange is not None else None,  # chunks and calls moved
     }
 
 
@@ -484,8 +485,8 @@ def _kill_at(text: str, hit: int) -> None:
 
 def collectives_until_killed(folder: str, kill_line: str | None, hit: int, child: bool) -> None:
     """A rank that runs collectives of every kind until it is killed (or kills itself: rank 1,
-    at the ``hit``-th run of ``kill_line``). ``child``: rank 1 starts a process first (as a
-    DataLoader does), which keeps its pipes open after it dies."""
+    at the ``hit``-th run of ``kill_line``). ``child``: every rank starts a process first (as a
+    DataLoader with workers does), which keeps the rank's pipes open after it dies."""
     import os
     import time
 
@@ -494,10 +495,12 @@ def collectives_until_killed(folder: str, kill_line: str | None, hit: int, child
     state = PartialState()
     rank, world = state.process_index, state.num_processes
     os.chdir(folder)
-    if child and rank == 1:
+    if child:
         import multiprocessing
 
-        multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,)).start()
+        helper = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+        helper.daemon = True  # as a DataLoader's workers are
+        helper.start()
     big = torch.ones(300_000)  # several chunks of the default slots
     metrics = {"loss": torch.ones(()), "counts": torch.arange(5), "hits": torch.ones(3) > 0}
     ops.reduce(torch.ones(1))  # the exchange is made

@@ -152,3 +152,19 @@ def test_an_uncaught_mismatch_fails_the_launch_with_the_exchanges_error():
     with pytest.raises(ValueError, match="the ranks made different calls") as caught:
         notebook_launcher(mismatch_left_alone, num_processes=2, output="none", timeout=60)
     assert "rank 0: all_reduce of 4 float32; rank 1: all_gather_object" in str(caught.value)
+
+
+def one_more_collective_on_rank_0():
+    ops.reduce(torch.ones(3))
+    if PartialState().process_index == 0:
+        ops.reduce(torch.ones(3))  # rank 1 has returned: nobody will ever join
+
+
+def test_a_rank_left_waiting_by_a_rank_that_returned_fails_at_once():
+    import time
+
+    started = time.monotonic()
+    with pytest.raises(Exception, match=r"rank 1 \(pid \d+\) ended while rank 0 waited") as caught:
+        notebook_launcher(one_more_collective_on_rank_0, num_processes=2, output="none", timeout=60)
+    assert type(caught.value).__name__ == "DistBackendError"
+    assert time.monotonic() - started < 30  # not the launch's timeout
