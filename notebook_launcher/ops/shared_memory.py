@@ -462,6 +462,8 @@ class _Peers:
                 pass
         self._fds.clear()
 
+    __del__ = close  # an exchange dropped without close() (a model deleted) keeps no descriptor
+
 
 def _running(pid: int) -> bool:
     """Whether process ``pid`` exists and is not a zombie (for kernels without pidfds)."""
