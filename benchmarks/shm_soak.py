@@ -1,17 +1,17 @@
 """Soak of the shared-memory collectives against gloo: many random collectives, every result compared.
 
 The workload is the differential test's (``tests/ops/collective_workload.py``): ``reduce`` (sum
-and mean), ``gather`` and ``broadcast`` of tensors and nested dicts of every dtype gloo reduces,
-random shapes (empty ones included), random values (signed zeros, subnormals, huge values,
-infinities, NaN included). It runs in batches; each batch is launched twice with the same seed,
-through shared memory and with ``NOTEBOOK_LAUNCHER_SHARED_MEMORY=0`` (gloo), and every tensor of
-every result is checked:
+and mean), ``gather``, ``broadcast``, ``gather_object`` and ``broadcast_object_list`` of tensors
+and nested dicts of every dtype gloo reduces, random shapes (empty ones included), random values
+(signed zeros, subnormals, huge values, infinities, NaN included). It runs in batches; each
+batch is launched twice with the same seed, through shared memory and with
+``NOTEBOOK_LAUNCHER_SHARED_MEMORY=0`` (gloo), and every tensor of every result is checked:
 
 * against gloo's, bit for bit (any NaN equal to any NaN);
 * every rank's results against rank 0's (hashes);
-* against the exact result (gather, broadcast, integer and bool sums and means, empty tensors),
-  or, for floating-point sums and means of finite values, against the float64 sum within
-  ``(world - 1) * u * sum(|x|)`` (see ``collective_workload.sum_bound``).
+* against the exact result (gathers and broadcasts of tensors and objects, integer and bool sums
+  and means, empty tensors), or, for floating-point sums and means of finite values, against
+  the float64 sum within ``(world - 1) * u * sum(|x|)`` (see ``collective_workload.sum_bound``).
 
 The exchange's slots change from batch to batch (256 bytes, 1 KiB, the default), so tensors go
 in one chunk or in thousands; the first batch of each world size starts with sums at the edges of

@@ -82,9 +82,8 @@ class SharedMemoryCommunicator(Communicator):
 
     The exchange is made by the first collective (every rank makes that call, whichever it is),
     so that creating the communicator alone, which one rank may do, starts nothing collective.
-    The object collectives stay on gloo, but each is first announced through the exchange, so
-    that ranks making different calls (one gathers objects while another reduces a tensor) get
-    the exchange's error naming what each did, before any of them enters gloo.
+    The object collectives go through it too (pickles), so that every collective of the job's
+    operations is checked against the other ranks' calls, and a peer that dies in one is noticed.
     """
 
     EXCHANGE_BYTES = 4 * 2**20  # shared memory for the slots of every rank together
@@ -129,19 +128,16 @@ class SharedMemoryCommunicator(Communicator):
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         exchange = self._local()
-        if exchange is not None:
-            from .shared_memory import GATHER_OBJECT
-
-            exchange.announce(GATHER_OBJECT)
-        return super().all_gather_object(obj)
+        if exchange is None:
+            return super().all_gather_object(obj)
+        return exchange.all_gather_object(obj)
 
     def broadcast_object_list(self, objects: list[Any], src: int) -> None:
         exchange = self._local()
-        if exchange is not None:
-            from .shared_memory import BROADCAST_OBJECTS
-
-            exchange.announce(BROADCAST_OBJECTS, src)
-        super().broadcast_object_list(objects, src)
+        if exchange is None:
+            super().broadcast_object_list(objects, src)
+        else:
+            exchange.broadcast_object_list(objects, src)
 
 
 class XlaCommunicator(Communicator):

@@ -6,7 +6,7 @@ hand-off waits for the scheduler: on 2 cores a 300 KB all-reduce that takes abou
 back takes about 1 ms between training steps. When every rank runs on this machine,
 :class:`SharedMemoryExchange` exchanges tensors through one shared mapping instead, for DDP's
 gradients (:func:`register_hook`) and for the collectives of :mod:`notebook_launcher.ops`
-(all-reduce, all-gather, broadcast):
+(all-reduce, all-gather, broadcast, and the object collectives as pickles):
 
 * each rank copies its tensor (already scaled, for DDP's average) into its own slot, writes what
   it did (operation, dtype, elements in the call, where this chunk starts) and then publishes
@@ -40,6 +40,7 @@ from __future__ import annotations
 import functools
 import mmap
 import os
+import pickle
 import platform
 import select
 import struct
@@ -273,7 +274,9 @@ class SharedMemoryExchange:
             self._add(area, chunk, begin, region)
         return tensor
 
-    def all_gather_(self, output: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
+    def all_gather_(
+        self, output: torch.Tensor, tensor: torch.Tensor, operation: int = ALL_GATHER
+    ) -> torch.Tensor:
         """Fill ``output`` (contiguous, ``world_size`` times ``tensor``'s elements) with every
         rank's ``tensor`` in rank order."""
         flat = _contiguous_cpu("tensor", tensor)
@@ -282,20 +285,22 @@ class SharedMemoryExchange:
             raise invalid(
                 "output", tuple(output.shape), "expected world_size times the tensor's elements"
             )
-        what = _what(ALL_GATHER, flat.dtype)
+        what = _what(operation, flat.dtype)
         for begin, chunk, area in self._chunks(flat):
             area[self.rank].copy_(chunk)
             self._publish(what, flat.numel(), begin)
             rows[:, begin : begin + chunk.numel()].copy_(area)
         return output
 
-    def broadcast_(self, tensor: torch.Tensor, src: int) -> torch.Tensor:
+    def broadcast_(
+        self, tensor: torch.Tensor, src: int, operation: int = BROADCAST
+    ) -> torch.Tensor:
         """Overwrite ``tensor`` (contiguous) with rank ``src``'s, in place."""
         flat = _contiguous_cpu("tensor", tensor)
         check_int("src", src, 0)
         if src >= self.world_size:
             raise invalid("src", src, f"ranks are numbered 0 to {self.world_size - 1}")
-        what = _what(BROADCAST, flat.dtype, src)
+        what = _what(operation, flat.dtype, src)
         for begin, chunk, area in self._chunks(flat):
             if self.rank == src:
                 area[src].copy_(chunk)
@@ -304,12 +309,32 @@ class SharedMemoryExchange:
                 chunk.copy_(area[src])
         return tensor
 
-    def announce(self, operation: int, src: int = 0) -> None:
-        """A step that moves no data: every rank says it is about to run ``operation`` (an
-        object collective, which gloo then carries), and raises, as the tensor collectives do,
-        where the ranks disagree, before any of them enters gloo."""
-        self._step += 1
-        self._publish(_what(operation, None, src), 0, 0)
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        """Every rank's (picklable) ``obj``, in rank order: the sizes of the pickles, then the
+        pickles, padded to the longest, through the exchange."""
+        mine = _pickled(obj)
+        sizes = torch.empty(self.world_size, dtype=torch.int64)
+        self.all_gather_(sizes, torch.tensor([mine.numel()]), GATHER_OBJECT)
+        longest = int(sizes.max())
+        padded = torch.zeros(longest, dtype=torch.uint8)
+        padded[: mine.numel()] = mine
+        rows = torch.empty(self.world_size, longest, dtype=torch.uint8)
+        self.all_gather_(rows, padded, GATHER_OBJECT)
+        return [_unpickled(row[:size]) for row, size in zip(rows, sizes.tolist(), strict=True)]
+
+    def broadcast_object_list(self, objects: list[Any], src: int) -> None:
+        """Overwrite the items of ``objects`` with rank ``src``'s (a list of as many picklable
+        objects), in place: the sizes of the pickles, then the pickles, through the exchange."""
+        pickles = [_pickled(o) for o in objects] if self.rank == src else []
+        sizes = torch.tensor([p.numel() for p in pickles] or [0] * len(objects))
+        self.broadcast_(sizes, src, BROADCAST_OBJECTS)
+        payload = (
+            torch.cat(pickles) if pickles else torch.empty(int(sizes.sum()), dtype=torch.uint8)
+        )
+        self.broadcast_(payload, src, BROADCAST_OBJECTS)
+        if self.rank != src:
+            parts = torch.split(payload, sizes.tolist())
+            objects[:] = [_unpickled(part) for part in parts]
 
     def _chunks(self, flat: torch.Tensor) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
         """Slot-sized pieces of ``flat``: where each starts, the piece, and the area of its step
@@ -484,9 +509,9 @@ def _peer_error(message: str) -> Exception:
     return kind(message)
 
 
-def _what(operation: int, dtype: torch.dtype | None, src: int = 0) -> int:
+def _what(operation: int, dtype: torch.dtype, src: int = 0) -> int:
     """The word a rank publishes for (operation, dtype, source rank of a broadcast)."""
-    index = 255 if dtype is None else _DTYPE_INDEX.get(dtype, 254)
+    index = _DTYPE_INDEX.get(dtype, 255)
     return operation | index << 8 | src << 16
 
 
@@ -496,11 +521,24 @@ def _describe(what: int, total: int, offset: int) -> str:
     name = OPERATIONS.get(operation, f"operation {operation}")
     if operation in (BROADCAST, BROADCAST_OBJECTS):
         name += f" from rank {src}"
-    if index == 255:
-        return name
     dtype = str(DTYPES[index]).removeprefix("torch.") if index < len(DTYPES) else "?"
+    if operation == GATHER_OBJECT:  # the sizes of the pickles, then the pickles
+        return name
+    if operation == BROADCAST_OBJECTS:
+        return f"{name} of {total} objects" if dtype == "int64" else f"{name} ({total} bytes)"
     text = f"{name} of {total} {dtype}"
     return text if offset == 0 else f"{text}, from element {offset}"
+
+
+def _pickled(obj: Any) -> torch.Tensor:
+    """``obj`` pickled, as a uint8 tensor."""
+    return torch.frombuffer(
+        bytearray(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)), dtype=torch.uint8
+    )
+
+
+def _unpickled(data: torch.Tensor) -> Any:
+    return pickle.loads(data.numpy().tobytes())
 
 
 def _contiguous_cpu(name: str, tensor: Any) -> torch.Tensor:

@@ -2,8 +2,8 @@
 (``test_shared_memory_differential.py``) and the soak (``benchmarks/shm_soak.py``) share them.
 
 A workload is a seed and a count. From them every rank, and the kernel, derive the same list of
-calls (:func:`calls`): ``reduce`` (sum or mean), ``gather`` or ``broadcast`` of one tensor or of a
-nested dict of tensors, with random dtypes and shapes (empty ones included) and random values,
+calls (:func:`calls`): ``reduce`` (sum or mean), ``gather``, ``broadcast``, ``gather_object`` or
+``broadcast_object_list`` of one tensor or of a nested dict of tensors, with random dtypes and shapes (empty ones included) and random values,
 special ones included (signed zeros, subnormals, huge values, infinities, NaN), at random places
 or at the same places on every rank. A rank's input to
 call ``i`` depends only on (seed, rank, world size, i) (:func:`inputs`), so the kernel rebuilds every rank's
@@ -15,8 +15,8 @@ expected values:
 
 * bit for bit (NaN equal to NaN, -0.0 different from 0.0): the two transports, everywhere, and
   every rank against rank 0;
-* bit for bit against the exact result: gather, broadcast, integer and bool sums and means, and
-  anything empty;
+* bit for bit against the exact result: gathers and broadcasts (of tensors and of objects),
+  integer and bool sums and means, and anything empty;
 * within :func:`sum_bound` of the sum computed in float64 (complex128): floating-point sums and
   means of finite inputs.
 """
@@ -46,7 +46,7 @@ DTYPES = (
     torch.complex64,
     torch.complex128,
 )
-OPERATIONS = ("sum", "mean", "gather", "broadcast")
+OPERATIONS = ("sum", "mean", "gather", "broadcast", "gather_object", "broadcast_object_list")
 # Slot sizes the workers' exchange may use: a few hundred bytes chunks nearly every tensor; 0
 # keeps the communicator's own size.
 SLOT_BYTES = (256, 1024, 0)
@@ -237,8 +237,12 @@ def run(
             results.append(ops.reduce(data, reduction=call.operation))
         elif call.operation == "gather":
             results.append(ops.gather(data))
-        else:
+        elif call.operation == "broadcast":
             results.append(ops.broadcast(data, from_process=call.src))
+        elif call.operation == "gather_object":
+            results.append(ops.gather_object(data))
+        else:
+            results.append(ops.broadcast_object_list([data], from_process=call.src))
     exchange = getattr(comm.current(), "_exchange", None)
     return {
         "results": results if state.process_index == 0 else None,
@@ -296,7 +300,11 @@ def sum_bound(dtype: torch.dtype, world: int, magnitude: torch.Tensor) -> torch.
 
 
 def _expected_exact(call: Call, world: int, ins: list[list[torch.Tensor]], leaf: int) -> Any:
-    """The exact result of leaf ``leaf`` where one exists (else None: a floating sum)."""
+    """The exact result's tensor ``leaf`` where one exists (else None: a floating sum)."""
+    if call.operation == "gather_object":  # every rank's object, in rank order
+        return [t for tensors in ins for t in tensors][leaf]
+    if call.operation == "broadcast_object_list":
+        return ins[call.src][leaf]
     parts = [ins[r][leaf] for r in range(world)]
     dtype = parts[0].dtype
     if call.operation == "gather":

@@ -7,7 +7,7 @@ only bounds them generously (5 s), ``benchmarks/shm_kill.py`` runs 100 trials an
 against the 1 s target.
 
 Ranks whose calls differ get the exchange's ValueError, naming what each rank did, on every rank,
-before any data is mixed and before gloo is involved.
+before any data is mixed (the object collectives go through the exchange too).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ MISMATCHES = {
     "an object broadcast against a tensor reduce": (
         lambda: ops.broadcast_object_list([1, 2]),
         lambda: ops.reduce(torch.ones(2)),
-        "broadcast_object_list from rank 0",
+        "broadcast_object_list from rank 0 of 2 objects",
         "all_reduce of 2 float32",
     ),
 }
