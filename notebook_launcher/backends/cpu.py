@@ -61,8 +61,10 @@ class SharedMemoryCommunicator(Communicator):
     """A CPU (gloo) job's collectives: tensors through shared memory when every rank runs on
     this machine, else over gloo.
 
-    The exchange is made by the first tensor collective (every rank makes that call), so that
-    creating the communicator alone, which one rank may do, starts nothing collective.
+    The exchange is made by the first collective (every rank makes that call, whichever it is),
+    so that creating the communicator alone, which one rank may do, starts nothing collective.
+    The object collectives go through it too (pickles), so that every collective of the job's
+    operations is checked against the other ranks' calls, and a peer that dies in one is noticed.
     """
 
     EXCHANGE_BYTES = 4 * 2**20  # shared memory for the slots of every rank together
@@ -103,6 +105,19 @@ class SharedMemoryCommunicator(Communicator):
             super().broadcast(tensor, src)
         else:
             exchange.broadcast_(tensor, src)
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        exchange = self._local()
+        if exchange is None:
+            return super().all_gather_object(obj)
+        return exchange.all_gather_object(obj)
+
+    def broadcast_object_list(self, objects: list[Any], src: int) -> None:
+        exchange = self._local()
+        if exchange is None:
+            super().broadcast_object_list(objects, src)
+        else:
+            exchange.broadcast_object_list(objects, src)
 
 
 def all_reduce_hook(exchange: SharedMemoryExchange, bucket):

@@ -6,24 +6,29 @@ hand-off waits for the scheduler: on 2 cores a 300 KB all-reduce that takes abou
 back takes about 1 ms between training steps. When every rank runs on this machine,
 :class:`SharedMemoryExchange` exchanges tensors through one shared mapping instead, for DDP's
 gradients (the DDP hook in :mod:`.cpu`) and for the collectives of :mod:`notebook_launcher.ops`
-(all-reduce, all-gather, broadcast):
+(all-reduce, all-gather, broadcast, and the object collectives as pickles):
 
-* each rank copies its tensor (already divided, for a mean) into its own slot, writes what it
-  did (operation, dtype, elements) and then publishes the step number in its own flag: one
-  writer per word, so no atomic operation is needed;
+* each rank copies its tensor (already scaled, for DDP's average) into its own slot, writes what
+  it did (operation, dtype, elements in the call, where this chunk starts) and then publishes
+  the step number in its own flag: one writer per word, so no atomic operation is needed;
 * every rank waits until all flags reached the step, checks that every rank did the same (else
-  it raises, naming what each rank did, where gloo would hang or mix the data up), then reads:
-  an all-reduce sums the slots in rank order (the same additions in the same order on every
-  rank, so the results are identical everywhere), an all-gather copies every slot, a
-  broadcast the source's;
+  it raises a ValueError naming what each rank did, on every rank, where gloo would hang, mix
+  the data up or abort), then reads: an all-gather copies every slot, a broadcast the source's,
+  and an all-reduce adds the slots one at a time, rounding after each addition in the tensor's
+  dtype, in the order gloo's ring all-reduce adds them (:func:`ring_region`). Every rank makes
+  the same additions, so the results are identical everywhere, and identical to gloo's, bit for
+  bit (NaN payloads aside);
 * two areas alternate, so a rank never overwrites a slot that a slower rank still reads (to
   write step ``s + 2`` every rank must have published ``s + 1``, after reading step ``s``).
 
 Tensors larger than a slot go through in slot-sized chunks. The mapping is a file in
 ``/dev/shm`` that is unlinked as soon as every rank has opened it (and removed by the launcher
-if a rank dies first), so nothing is left behind. Waiting spins briefly, then yields, then
-sleeps, so a rank that waits for a hung peer uses almost no CPU (the launcher's stall check
-still sees the hang); past ``timeout`` seconds it raises, naming the ranks that never arrived.
+if a rank dies first), so nothing is left behind. Waiting spins briefly, then sleeps in
+``poll`` on the other ranks' process descriptors, so a rank that waits for a hung peer uses
+almost no CPU (the launcher's stall check still sees the hang) and a peer that ends (killed,
+crashed, or returned from its function) wakes it at once: it raises
+``torch.distributed.DistBackendError`` naming that rank. Past ``timeout`` seconds it raises,
+naming the ranks that never arrived.
 
 The exchange relies on x86's store ordering (a slot's bytes are visible before the flag written
 after them), so it is used on x86-64 Linux only; elsewhere, and when
@@ -34,11 +39,13 @@ from __future__ import annotations
 
 import mmap
 import os
+import pickle
 import platform
+import select
+import struct
 import sys
 import time
 import uuid
-import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -49,11 +56,57 @@ from ..utils.validation import check_int, check_number, invalid
 
 ENV_SWITCH = "NOTEBOOK_LAUNCHER_SHARED_MEMORY"
 BUDGET = 32 * 2**20  # bytes of shared memory for the two areas of all ranks together
-HEADER = 4096  # flags and sizes, three int64 per rank, then the areas from this offset
-MOST_RANKS = HEADER // 24
+# The header: one 64-byte line per rank, written by that rank only. Its words: the last step
+# the rank published, its pid, then per area what it did at that area's last step (operation
+# and dtype, elements in the call, where the chunk starts in it).
+LINE_WORDS = 8
+FLAG, PID = 0, 1
+WHAT, TOTAL, OFFSET = 2, 3, 4  # + 3 * area
+MOST_RANKS = 1024
 SPIN_SECONDS = 0.002  # busy-wait (with yields) this long before sleeping between checks
 LONGEST_SLEEP = 0.005
 DEFAULT_TIMEOUT = 1800.0
+# Gloo's ring all-reduce cuts a buffer into at least two segments per rank, of at most this many
+# bytes each; see ring_region.
+GLOO_SEGMENT_BYTES = 2**20
+
+# What a rank did at a step (the low byte of its WHAT word).
+ALL_REDUCE, ALL_REDUCE_SHARES, ALL_GATHER, BROADCAST, GATHER_OBJECT, BROADCAST_OBJECTS = range(1, 7)
+OPERATIONS = {
+    ALL_REDUCE: "all_reduce",
+    ALL_REDUCE_SHARES: "all_reduce of shares",
+    ALL_GATHER: "all_gather",
+    BROADCAST: "broadcast",
+    GATHER_OBJECT: "all_gather_object",
+    BROADCAST_OBJECTS: "broadcast_object_list",
+}
+# Every dtype, in an order every process of this torch agrees on.
+DTYPES = tuple(sorted({d for d in vars(torch).values() if isinstance(d, torch.dtype)}, key=str))
+_DTYPE_INDEX = {d: i for i, d in enumerate(DTYPES)}
+
+
+def header_bytes(world_size: int) -> int:
+    """Bytes before the areas: a line per rank, rounded up to whole pages."""
+    return -(-world_size * LINE_WORDS * 8 // 4096) * 4096
+
+
+def ring_region(elements: int, element_size: int, world_size: int) -> int:
+    """How many elements of a buffer gloo's ring all-reduce reduces in each rank's region.
+
+    Gloo cuts a buffer of ``elements`` into ``world_size`` regions of this many elements (the
+    last ones shorter or empty). The sum of region ``j`` starts with rank ``j - 1``'s values and
+    goes down the ring, each rank adding its own to what it received: rank ``j - 2``, then
+    ``j - 3`` ... and rank ``j`` last. The region holds a whole number of segments, at least two
+    per rank, each at most ``GLOO_SEGMENT_BYTES``, all of the same size (rounded up to whole
+    elements).
+    """
+    total = elements * element_size
+    most = element_size * max(1, GLOO_SEGMENT_BYTES // element_size)
+    segments = max(-(-total // most), 2 * world_size)
+    segments = -(-segments // world_size) * world_size
+    segment = -(-total // segments)
+    segment = -(-segment // element_size) * element_size
+    return segments // world_size * (segment // element_size)
 
 
 def supported() -> bool:
@@ -90,17 +143,25 @@ class SharedMemoryExchange:
         self.rank, self.world_size, self.slot_bytes = rank, world_size, slot_bytes
         self.timeout = timeout
         self._mapping = mapping
-        self._header = memoryview(mapping)[: 8 * 3 * world_size].cast("q")
-        self._flags = self._header[:world_size]  # per rank: the last step it published
-        # Per area, then per rank: the elements sent at the area's last step (two, like the
-        # areas, so that a rank one step ahead does not overwrite what a slower one checks).
-        self._sizes = [self._header[world_size * (1 + a) : world_size * (2 + a)] for a in (0, 1)]
+        header = self._header = memoryview(mapping)[: world_size * LINE_WORDS * 8].cast("q")
+        self._flags = header[FLAG::LINE_WORDS]  # per rank: the last step it published
+        # Per area, then per rank: what it did at the area's last step (two, like the areas, so
+        # that a rank one step ahead does not overwrite what a slower one checks).
+        self._records = [
+            tuple(header[word + 3 * area :: LINE_WORDS] for word in (WHAT, TOTAL, OFFSET))
+            for area in (0, 1)
+        ]
+        self._mine = self.rank * LINE_WORDS
         self._areas = torch.frombuffer(
-            mapping, dtype=torch.uint8, count=2 * world_size * slot_bytes, offset=HEADER
+            mapping,
+            dtype=torch.uint8,
+            count=2 * world_size * slot_bytes,
+            offset=header_bytes(world_size),
         ).view(2, world_size, slot_bytes)
         self._views: dict[torch.dtype, torch.Tensor] = {}
         self._step = 0
-        self._kinds: dict[tuple[str, torch.dtype], int] = {}
+        pids = {r: pid for r, pid in enumerate(header[PID::LINE_WORDS]) if r != rank and pid > 0}
+        self._peers = _Peers(pids)
         # A hook the user registered on the model after ours: DDP takes one hook only, so ours
         # hands each bucket to it (see ``register_ddp_hook`` in :mod:`.cpu`).
         self.delegate: tuple[Any, Any] | None = None
@@ -135,7 +196,7 @@ class SharedMemoryExchange:
         if not usable:
             return None
         slot = max(64, min(int(needed_bytes), BUDGET // (2 * world)) // 64 * 64)
-        size = HEADER + 2 * world * slot
+        size = header_bytes(world) + 2 * world * slot
         names: list[Any] = [None]
         created = None
         if state.process_index == 0:
@@ -143,7 +204,11 @@ class SharedMemoryExchange:
             names[0] = created
         dist.broadcast_object_list(names, src=0)
         mapping = _open(names[0], size) if names[0] else None
-        everyone = dist_all(mapping is not None)
+        if mapping is not None:  # every rank's pid, for the others to watch while they wait
+            struct.pack_into(
+                "q", mapping, (state.process_index * LINE_WORDS + PID) * 8, os.getpid()
+            )
+        everyone = dist_all(mapping is not None)  # after it, every pid is written
         if created:  # every rank has its mapping (or gave up): nothing is left behind
             remove(created)
         if not everyone:
@@ -158,25 +223,36 @@ class SharedMemoryExchange:
         return _no_exchange, ()
 
     def all_reduce_(self, tensor: torch.Tensor, divisor: int | None = None) -> torch.Tensor:
-        """Sum ``tensor`` (contiguous) over the ranks in place, each share divided by ``divisor``.
+        """Sum ``tensor`` (contiguous) over the ranks in place, in gloo's order (see the module's
+        docstring), each share first multiplied by ``1 / divisor`` when one is given (as DDP
+        scales gradients, so the average is the one DDP computes over gloo).
 
         Every rank must call it with a tensor of the same size and dtype, in the same order.
         """
         flat = _contiguous_cpu("tensor", tensor)
+        operation = ALL_REDUCE
         if divisor is not None:
             check_int("divisor", divisor, 1)
             if not (tensor.dtype.is_floating_point or tensor.dtype.is_complex):
                 raise invalid("divisor", divisor, f"{tensor.dtype} cannot be divided in place")
-        for chunk, area in self._chunks(flat):
+            operation = ALL_REDUCE_SHARES
+        what = _what(operation, tensor.dtype)
+        # Gloo adds complex numbers as pairs of reals; so do the chunks and regions here.
+        real = torch.view_as_real(flat).view(-1) if flat.is_complex() else flat
+        pair = 2 if flat.is_complex() else 1
+        region = ring_region(real.numel(), real.element_size(), self.world_size)
+        for begin, chunk, area in self._chunks(real):
             if divisor is None:
                 area[self.rank].copy_(chunk)
             else:
-                torch.div(chunk, divisor, out=area[self.rank])
-            self._publish("all_reduce", chunk)
-            torch.sum(area, dim=0, out=chunk)
+                torch.mul(chunk, 1.0 / divisor, out=area[self.rank])
+            self._publish(what, flat.numel(), begin // pair)
+            self._add(area, chunk, begin, region)
         return tensor
 
-    def all_gather_(self, output: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
+    def all_gather_(
+        self, output: torch.Tensor, tensor: torch.Tensor, operation: int = ALL_GATHER
+    ) -> torch.Tensor:
         """Fill ``output`` (contiguous, ``world_size`` times ``tensor``'s elements) with every
         rank's ``tensor`` in rank order."""
         flat = _contiguous_cpu("tensor", tensor)
@@ -185,55 +261,112 @@ class SharedMemoryExchange:
             raise invalid(
                 "output", tuple(output.shape), "expected world_size times the tensor's elements"
             )
-        begin = 0
-        for chunk, area in self._chunks(flat):
+        what = _what(operation, flat.dtype)
+        for begin, chunk, area in self._chunks(flat):
             area[self.rank].copy_(chunk)
-            self._publish("all_gather", chunk)
+            self._publish(what, flat.numel(), begin)
             rows[:, begin : begin + chunk.numel()].copy_(area)
-            begin += chunk.numel()
         return output
 
-    def broadcast_(self, tensor: torch.Tensor, src: int) -> torch.Tensor:
+    def broadcast_(
+        self, tensor: torch.Tensor, src: int, operation: int = BROADCAST
+    ) -> torch.Tensor:
         """Overwrite ``tensor`` (contiguous) with rank ``src``'s, in place."""
         flat = _contiguous_cpu("tensor", tensor)
         check_int("src", src, 0)
         if src >= self.world_size:
             raise invalid("src", src, f"ranks are numbered 0 to {self.world_size - 1}")
-        for chunk, area in self._chunks(flat):
+        what = _what(operation, flat.dtype, src)
+        for begin, chunk, area in self._chunks(flat):
             if self.rank == src:
                 area[src].copy_(chunk)
-            self._publish(f"broadcast from {src}", chunk)
+            self._publish(what, flat.numel(), begin)
             if self.rank != src:
                 chunk.copy_(area[src])
         return tensor
 
-    def _chunks(self, flat: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Slot-sized pieces of ``flat``, each with the area of its step ([world, elements])."""
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        """Every rank's (picklable) ``obj``, in rank order: the sizes of the pickles, then the
+        pickles, padded to the longest, through the exchange."""
+        mine = _pickled(obj)
+        sizes = torch.empty(self.world_size, dtype=torch.int64)
+        self.all_gather_(sizes, torch.tensor([mine.numel()]), GATHER_OBJECT)
+        longest = int(sizes.max())
+        padded = torch.zeros(longest, dtype=torch.uint8)
+        padded[: mine.numel()] = mine
+        rows = torch.empty(self.world_size, longest, dtype=torch.uint8)
+        self.all_gather_(rows, padded, GATHER_OBJECT)
+        return [_unpickled(row[:size]) for row, size in zip(rows, sizes.tolist(), strict=True)]
+
+    def broadcast_object_list(self, objects: list[Any], src: int) -> None:
+        """Overwrite the items of ``objects`` with rank ``src``'s (a list of as many picklable
+        objects), in place: the sizes of the pickles, then the pickles, through the exchange."""
+        pickles = [_pickled(o) for o in objects] if self.rank == src else []
+        sizes = torch.tensor([p.numel() for p in pickles] or [0] * len(objects))
+        self.broadcast_(sizes, src, BROADCAST_OBJECTS)
+        payload = (
+            torch.cat(pickles) if pickles else torch.empty(int(sizes.sum()), dtype=torch.uint8)
+        )
+        self.broadcast_(payload, src, BROADCAST_OBJECTS)
+        if self.rank != src:
+            parts = torch.split(payload, sizes.tolist())
+            objects[:] = [_unpickled(part) for part in parts]
+
+    def _chunks(self, flat: torch.Tensor) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+        """Slot-sized pieces of ``flat``: where each starts, the piece, and the area of its step
+        ([world, elements])."""
         view = self._view(flat.dtype)
         per_slot = view.shape[-1]
         for begin in range(0, max(flat.numel(), 1), per_slot):
             chunk = flat[begin : begin + per_slot]
             self._step += 1
-            yield chunk, view[self._step % 2, :, : chunk.numel()]
+            yield begin, chunk, view[self._step % 2, :, : chunk.numel()]
 
-    def _publish(self, operation: str, chunk: torch.Tensor) -> None:
+    def _add(self, area: torch.Tensor, out: torch.Tensor, begin: int, region: int) -> None:
+        """``out`` = the sum of the slots in ``area`` (a chunk starting at element ``begin`` of
+        a buffer whose rank regions hold ``region`` elements), added in gloo's ring order."""
+        world = self.world_size
+        if world == 2:  # one addition: the order cannot matter
+            torch.add(area[0], area[1], out=out)
+            return
+        end = begin + out.numel()
+        start = begin
+        while start < end:
+            j = start // region
+            stop = min(end, (j + 1) * region)
+            lo, hi = start - begin, stop - begin
+            acc = out[lo:hi]
+            # Region j starts with rank j - 1's values; each next rank down adds its own.
+            torch.add(area[(j - 2) % world, lo:hi], area[(j - 1) % world, lo:hi], out=acc)
+            for k in range(3, world + 1):
+                torch.add(area[(j - k) % world, lo:hi], acc, out=acc)
+            start = stop
+
+    def _publish(self, what: int, total: int, offset: int) -> None:
         """Say this rank's slot is written, wait for every rank, and check they all did the same
-        operation on as many elements of the same dtype (else the sums would be wrong)."""
-        kind = self._kinds.get((operation, chunk.dtype))
-        if kind is None:
-            kind = self._kinds[operation, chunk.dtype] = _kind(operation, chunk.dtype)
-        code = (chunk.numel() << 20) | kind
-        sizes = self._sizes[self._step % 2]
-        sizes[self.rank] = code
-        self._flags[self.rank] = self._step
-        self._wait(self._step)
-        if min(sizes) != max(sizes):
-            ranks = {r: _describe(c) for r, c in enumerate(sizes.tolist())}
-            raise ValueError(
-                f"shared-memory collective: the ranks differ at step {self._step}: {ranks} "
-                "(every rank must run the same collectives, on tensors of the same size and "
-                "dtype, in the same order)"
-            )
+        (operation, dtype, elements in the call, where this chunk starts in it)."""
+        step = self._step
+        records = self._records[step % 2]
+        header, mine = self._header, self._mine + 3 * (step % 2)
+        header[mine + WHAT] = what
+        header[mine + TOTAL] = total
+        header[mine + OFFSET] = offset
+        header[self._mine + FLAG] = step
+        self._wait(step)
+        for words in records:
+            if min(words) != max(words):
+                self._mismatch(step, records)
+
+    def _mismatch(self, step: int, records: tuple[memoryview, ...]) -> None:
+        whats, totals, offsets = (words.tolist() for words in records)
+        calls = "; ".join(
+            f"rank {r}: {_describe(whats[r], totals[r], offsets[r])}" for r in range(len(whats))
+        )
+        raise ValueError(
+            f"shared-memory collective: the ranks made different calls at step {step}: {calls} "
+            "(every rank must run the same collectives, on tensors of the same size and dtype, "
+            "in the same order)"
+        )
 
     def _view(self, dtype: torch.dtype) -> torch.Tensor:
         """The areas as ``dtype`` elements: [2, world, elements per slot] (slots are 64-byte
@@ -262,12 +395,31 @@ class SharedMemoryExchange:
                     "collectives, or are stuck)"
                 )
             pause = min(LONGEST_SLEEP, pause * 2 or 50e-6)
-            time.sleep(pause)
+            ended = self._peers.ended(pause)
+            if ended:
+                self._peer_ended(step, ended)
+
+    def _peer_ended(self, step: int, ended: list[int]) -> None:
+        """Some peers' processes are gone: raise if one of them never published ``step``."""
+        flags = self._flags
+        gone = [r for r in ended if flags[r] < step]
+        if not gone:  # they published this step before ending; a later step will tell
+            return
+        names = ", ".join(f"{r} (pid {self._peers.pids[r]})" for r in gone)
+        raise _peer_error(
+            f"shared-memory collective: rank {names} ended while rank {self.rank} waited for "
+            f"it at step {step} (it was killed, crashed, or returned from its function while "
+            "this rank was still in a collective)"
+        )
 
     def close(self) -> None:
         """Release the mapping (tensors viewing it must be gone)."""
         self._views.clear()
-        for view in (self._flags, *self._sizes, self._header):
+        self._peers.close()
+        for records in self._records:
+            for words in records:
+                words.release()
+        for view in (self._flags, self._header):
             view.release()
         del self._areas
         try:
@@ -276,25 +428,93 @@ class SharedMemoryExchange:
             pass
 
 
-_KINDS: dict[int, tuple[str, str]] = {}  # hash -> (operation, dtype), for the error message
+class _Peers:
+    """The other ranks' processes, watched through pidfds (Linux 5.3 and later): ``ended``
+    sleeps until one of them ends or the time is up. Where pidfds are missing it sleeps, then
+    looks in ``/proc``."""
+
+    def __init__(self, pids: dict[int, int]) -> None:
+        self.pids = pids
+        self._fds: dict[int, int] = {}
+        self._poll = select.poll()
+        for rank, pid in pids.items():
+            try:
+                fd = os.pidfd_open(pid)
+            except (AttributeError, OSError):
+                continue
+            self._fds[fd] = rank
+            self._poll.register(fd, select.POLLIN)
+        self._unwatched = [r for r in pids if r not in self._fds.values()]
+
+    def ended(self, seconds: float) -> list[int]:
+        """Wait up to ``seconds``; the ranks whose process ended (checked at least once)."""
+        if seconds < 0.001 or not self._fds:  # poll's clock counts whole milliseconds
+            time.sleep(seconds)
+            seconds = 0.0
+        ready = self._poll.poll(int(seconds * 1000)) if self._fds else []
+        ended = [self._fds[fd] for fd, _ in ready]
+        return ended + [r for r in self._unwatched if not _running(self.pids[r])]
+
+    def close(self) -> None:
+        for fd in self._fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds.clear()
+
+    __del__ = close  # an exchange dropped without close() (a model deleted) keeps no descriptor
 
 
-def _kind(operation: str, dtype: torch.dtype) -> int:
-    """20 bits standing for (operation, dtype), the same in every process; a rank publishes
-    them with the number of elements above them."""
-    name = str(dtype).removeprefix("torch.")
-    kind = zlib.crc32(f"{operation}/{name}".encode()) & 0xFFFFF
-    _KINDS[kind] = (operation, name)
-    return kind
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (for kernels without pidfds)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
 
 
-def _describe(code: int) -> str:
-    """What a rank published, as far as this process can tell from its code."""
-    numel, kind = code >> 20, code & 0xFFFFF
-    if kind in _KINDS:
-        operation, dtype = _KINDS[kind]
-        return f"{operation} of {numel} {dtype}"
-    return f"another collective or dtype, of {numel} elements"
+def _peer_error(message: str) -> Exception:
+    """torch.distributed's error for a collective whose other side went away (the launcher
+    reports the rank that went away first)."""
+    import torch.distributed as dist
+
+    kind = getattr(dist, "DistBackendError", RuntimeError)
+    return kind(message)
+
+
+def _what(operation: int, dtype: torch.dtype, src: int = 0) -> int:
+    """The word a rank publishes for (operation, dtype, source rank of a broadcast)."""
+    index = _DTYPE_INDEX.get(dtype, 255)
+    return operation | index << 8 | src << 16
+
+
+def _describe(what: int, total: int, offset: int) -> str:
+    """What a rank did at a step, from the words it published."""
+    operation, index, src = what & 0xFF, what >> 8 & 0xFF, what >> 16
+    name = OPERATIONS.get(operation, f"operation {operation}")
+    if operation in (BROADCAST, BROADCAST_OBJECTS):
+        name += f" from rank {src}"
+    dtype = str(DTYPES[index]).removeprefix("torch.") if index < len(DTYPES) else "?"
+    if operation == GATHER_OBJECT:  # the sizes of the pickles, then the pickles
+        return name
+    if operation == BROADCAST_OBJECTS:
+        return f"{name} of {total} objects" if dtype == "int64" else f"{name} ({total} bytes)"
+    text = f"{name} of {total} {dtype}"
+    return text if offset == 0 else f"{text}, from element {offset}"
+
+
+def _pickled(obj: Any) -> torch.Tensor:
+    """``obj`` pickled, as a uint8 tensor."""
+    return torch.frombuffer(
+        bytearray(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)), dtype=torch.uint8
+    )
+
+
+def _unpickled(data: torch.Tensor) -> Any:
+    return pickle.loads(data.numpy().tobytes())
 
 
 def _contiguous_cpu(name: str, tensor: Any) -> torch.Tensor:
