@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..events import WorkerFailed, WorkerFinished, WorkerStarted
+from ..integrations import prepare_worker as prepare_integrations
 from ..tracking import flush as flush_tracking
 from .context import EventChannel, WorkerContext, set_context
 
@@ -172,6 +173,7 @@ def _result_event(rank: int, value: Any) -> WorkerFinished:
 def _call(spec: WorkerSpec, payload: Any, channel: EventChannel) -> int:
     rank = spec.context.rank
     try:
+        prepare_integrations(spec.context)  # before unpickling: that may import the libraries
         if isinstance(payload, bytes):  # spawn ships (function, args) by value
             import cloudpickle
 
