@@ -24,17 +24,22 @@ after its own, and every ``accelerate.Accelerator`` gets the tracker after those
 those only, ``1``/``all`` (the default) keeps all. Outside a launched worker the adapters do
 nothing, and nothing is changed in the kernel.
 
-Independently of that switch, a launched worker that runs on the CPU in a job of several
-processes gets ``ACCELERATE_USE_CPU=1`` (unless the variable is already set), which is what makes
-Accelerate's ``Accelerator()`` (and ``transformers.Trainer``) join the job on a machine without
-accelerator instead of running one independent copy per process; and one process may not create
-both notebook_launcher's ``Accelerator`` and Accelerate's (see
+Independently of that switch, so that these libraries form one job of the launched processes:
+a worker of a CPU job of several processes gets ``ACCELERATE_USE_CPU=1`` (unless the variable
+is already set), which is what makes Accelerate's ``Accelerator()`` (and ``transformers.Trainer``)
+join the job on a machine without accelerator instead of running one independent copy per
+process; a worker forked from a Jupyter kernel drops the kernel's interactive prompt
+(``sys.ps1``), so that Lightning accepts ``strategy="ddp"`` there as it does in a script, and
+a ``Trainer`` there prints its logs as lines (as with ``disable_tqdm=True``) instead of its
+notebook display, which ipykernel drops when a forked process sends it; and one
+process may not create both notebook_launcher's ``Accelerator`` and Accelerate's (see
 :mod:`notebook_launcher.integrations.mixing`).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from . import hooks, mixing
@@ -46,6 +51,16 @@ _ALL = ("", "1", "all", "on", "true", "yes")
 
 # Where each integration starts: the module whose import (or presence) sets it up.
 _FABRIC_MODULES = ("lightning.fabric.fabric", "lightning_fabric.fabric")
+# Modules of Lightning that read at import whether the session is interactive (and then refuse
+# Fabric(strategy="ddp") or Trainer(strategy="ddp")), each under both of its package names.
+_LIGHTNING_INTERACTIVE = (
+    "lightning.fabric.utilities.imports",
+    "lightning.fabric.connector",
+    "lightning.pytorch.trainer.connectors.accelerator_connector",
+    "lightning_fabric.utilities.imports",
+    "lightning_fabric.connector",
+    "pytorch_lightning.trainer.connectors.accelerator_connector",
+)
 
 
 def enabled_integrations(value: str | None = None) -> tuple[str, ...]:
@@ -95,6 +110,7 @@ def prepare_worker(context: Any) -> tuple[str, ...]:
     """
     names = enabled_integrations()
     os.environ.update(cpu_job_environment(context.device, context.world_size))
+    _run_as_a_script()
     hooks.when_imported("accelerate.state", _refuse_accelerate_beside_ours)
     if "transformers" in names:
         hooks.when_imported("transformers.trainer", _add_trainer_callback)
@@ -104,6 +120,35 @@ def prepare_worker(context: Any) -> tuple[str, ...]:
     if "accelerate" in names:
         hooks.when_imported("accelerate.accelerator", _add_accelerate_tracker)
     return names
+
+
+def _run_as_a_script() -> None:
+    """A worker runs the function as torchrun runs a script, but one forked from a kernel still
+    carries the kernel's prompt (``sys.ps1``), by which Lightning refuses the "ddp" strategy "in
+    an interactive environment" although the launcher made the processes. Drop it, and correct
+    what Lightning already read in the kernel."""
+    for name in ("ps1", "ps2"):
+        if hasattr(sys, name):
+            delattr(sys, name)
+    if not sys.flags.interactive:
+        for module in _LIGHTNING_INTERACTIVE:
+            hooks.when_imported(module, _not_interactive)
+    hooks.when_imported("transformers.trainer", _printed_progress)
+
+
+def _not_interactive(module: Any) -> None:
+    if getattr(module, "_IS_INTERACTIVE", None) is True:
+        module._IS_INTERACTIVE = False
+
+
+def _printed_progress(module: Any) -> None:
+    """A Trainer in a worker forked from a kernel picks its notebook display (and tqdm's
+    notebook widgets), which only the kernel process may send: ipykernel drops what a forked
+    process sends, so nothing would show. Print the logs as lines instead (as with
+    ``disable_tqdm=True``); the status panel shows the progress."""
+    progress = getattr(module, "DEFAULT_PROGRESS_CALLBACK", None)
+    if getattr(progress, "__name__", None) == "NotebookProgressCallback":
+        module.DEFAULT_PROGRESS_CALLBACK = module.PrinterCallback
 
 
 def _refuse_accelerate_beside_ours(module: Any) -> None:

@@ -8,6 +8,7 @@ not each import them again; nothing is downloaded: models are built from configs
 from __future__ import annotations
 
 import importlib
+import sys
 
 import pytest
 import torch
@@ -61,7 +62,7 @@ class Tokens(torch.utils.data.Dataset):
         return {"input_ids": self.ids[index], "labels": self.labels[index], "index": index}
 
 
-def train_with_trainer(output_dir: str, explicit_callback: bool) -> dict:
+def train_with_trainer(output_dir: str, explicit_callback: bool, disable_tqdm: bool = True) -> dict:
     from transformers import Trainer, TrainingArguments
 
     from notebook_launcher.integrations.transformers import NotebookCallback
@@ -79,7 +80,7 @@ def train_with_trainer(output_dir: str, explicit_callback: bool) -> dict:
         logging_steps=2,
         report_to="none",
         save_strategy="no",
-        disable_tqdm=True,
+        disable_tqdm=disable_tqdm,
         remove_unused_columns=False,
     )
     callbacks = [NotebookCallback()] if explicit_callback else None
@@ -100,10 +101,24 @@ def train_with_trainer(output_dir: str, explicit_callback: bool) -> dict:
     }
 
 
-@pytest.mark.parametrize("explicit_callback", [False, True], ids=["default", "also-passed"])
-def test_hf_trainer_trains_as_one_job_and_fills_the_panels(tmp_path, explicit_callback):
+@pytest.mark.parametrize(
+    ("explicit_callback", "kernel"),
+    [(False, False), (True, False), (False, True)],
+    ids=["default", "also-passed", "from-a-kernel"],
+)
+def test_hf_trainer_trains_as_one_job_and_fills_the_panels(
+    tmp_path, explicit_callback, kernel, monkeypatch
+):
+    if kernel:  # transformers imported in a Jupyter kernel picks its notebook progress display
+        import transformers.trainer as trainer
+        from transformers.utils.notebook import NotebookProgressCallback
+
+        monkeypatch.setattr(trainer, "DEFAULT_PROGRESS_CALLBACK", NotebookProgressCallback)
     result = notebook_launcher(
-        train_with_trainer, (str(tmp_path), explicit_callback), num_processes=2, output="none"
+        train_with_trainer,
+        (str(tmp_path), explicit_callback, not kernel),
+        num_processes=2,
+        output="none",
     )
     steps = SAMPLES // (2 * BATCH)
     for out in result.values:
@@ -111,6 +126,9 @@ def test_hf_trainer_trains_as_one_job_and_fills_the_panels(tmp_path, explicit_ca
         assert out["steps"] == steps
         assert len(out["seen"]) == SAMPLES // 2
         assert out["callbacks"].count("NotebookCallback") == 1 + explicit_callback
+        # a forked worker cannot show the notebook display: the logs are printed instead
+        assert "PrinterCallback" in out["callbacks"]
+        assert "NotebookProgressCallback" not in out["callbacks"]
     assert sorted(result[0]["seen"] + result[1]["seen"]) == list(range(SAMPLES))
     model = result.panel.model
     assert {"loss", "grad_norm", "learning_rate"} <= set(model.metrics)
@@ -217,7 +235,15 @@ def train_with_fabric() -> dict:
     }
 
 
-def test_lightning_fabric_joins_the_launched_processes_and_logs_to_the_panels():
+@pytest.mark.parametrize("kernel", [False, True], ids=["script", "from-a-kernel"])
+def test_lightning_fabric_joins_the_launched_processes_and_logs_to_the_panels(kernel, monkeypatch):
+    if kernel:  # as in a Jupyter kernel, where Lightning was imported interactively
+        import lightning.fabric.connector as connector
+        import lightning.fabric.utilities.imports as imports
+
+        monkeypatch.setattr(sys, "ps1", "In : ", raising=False)
+        monkeypatch.setattr(connector, "_IS_INTERACTIVE", True)
+        monkeypatch.setattr(imports, "_IS_INTERACTIVE", True)
     result = notebook_launcher(train_with_fabric, num_processes=2, output="none")
     for rank, out in enumerate(result.values):
         assert (out["world"], out["rank"], out["total"]) == (2, rank, SAMPLES)

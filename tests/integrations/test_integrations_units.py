@@ -133,14 +133,18 @@ def test_in_a_fresh_worker_the_libraries_imported_later_are_set_up():
         from notebook_launcher.launch.context import WorkerContext
 
         context = WorkerContext(0, 0, 2, 2, 0, 1, "127.0.0.1", 0, "cpu", "no", 0)
+        sys.ps1 = "In : "  # forked from a kernel
         assert prepare_worker(context) == ("transformers", "lightning", "accelerate")
         assert os.environ["ACCELERATE_USE_CPU"] == "1"
+        assert not hasattr(sys, "ps1")  # the worker runs the function as a script
         assert not any(m in sys.modules for m in ("transformers", "lightning", "accelerate"))
         from transformers import Trainer
         import transformers.trainer as trainer
         from notebook_launcher.integrations.transformers import NotebookCallback
         assert NotebookCallback in trainer.DEFAULT_CALLBACKS
         from lightning.fabric import Fabric
+        import lightning.fabric.connector as connector
+        assert connector._IS_INTERACTIVE is False
         fabric = Fabric(accelerator="cpu", devices=1)
         assert [type(l).__name__ for l in fabric.loggers] == ["NotebookLogger"]
         import accelerate

@@ -239,3 +239,28 @@ def test_every_collective_across_ranks(world, debug, transport, monkeypatch):
         assert out["gather_padded"]["big"].shape == (world * (BIG + world - 1),)
         if rank != world - 1:
             assert out["waited"] > 0.2  # waited for the last rank's sleep
+
+
+def reduce_like_accelerate():
+    import accelerate
+    import accelerate.utils
+
+    theirs = accelerate.PartialState(cpu=True)
+    ours = PartialState()  # adopts the process group Accelerate created
+    rank = ours.process_index
+    assert theirs.num_processes == ours.num_processes == 2
+    data = {"f": torch.tensor([1.5, -2.0]) * (rank + 1), "i": [torch.tensor([rank, 7 - rank])]}
+    pairs = {}
+    for reduction in ("sum", "mean", "max"):
+        if reduction == "mean":  # Accelerate's mean of integers fails: floats only
+            data = {"f": data["f"]}
+        pairs[reduction] = (ops.reduce(data, reduction), accelerate.utils.reduce(data, reduction))
+    return pairs
+
+
+def test_reduce_across_ranks_matches_accelerate():
+    import accelerate  # noqa: F401 (imported once here, not by every forked worker)
+
+    for pairs in notebook_launcher(reduce_like_accelerate, num_processes=2, output="none"):
+        for reduction, (ours, theirs) in pairs.items():
+            assert ops.listify(ours) == ops.listify(theirs), reduction
