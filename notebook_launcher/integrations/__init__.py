@@ -94,7 +94,14 @@ def cpu_job_environment(device: str, world_size: int) -> dict[str, str]:
 
     Accelerate's state takes its multi-process CPU path only with ``cpu=True`` or
     ``ACCELERATE_USE_CPU``; without it every process of a CPU job runs alone.
+
+    Raises:
+        TypeError: ``device`` is not a str or ``world_size`` not an int >= 1.
     """
+    if not isinstance(device, str):
+        raise TypeError(f"device={device!r} is not valid: expected a str such as 'cpu'")
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise TypeError(f"world_size={world_size!r} is not valid: expected an int >= 1")
     if device == "cpu" and world_size > 1 and "ACCELERATE_USE_CPU" not in os.environ:
         return {"ACCELERATE_USE_CPU": "1"}
     return {}

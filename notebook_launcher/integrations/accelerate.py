@@ -19,7 +19,7 @@ from typing import Any
 from accelerate.tracking import GeneralTracker
 
 from .. import tracking
-from .values import numbers_of, step_of
+from .values import check_mapping, numbers_of, step_of
 
 
 class NotebookTracker(GeneralTracker):
@@ -53,10 +53,10 @@ class NotebookTracker(GeneralTracker):
         """Nothing to open: the values go to the launching notebook."""
 
     def store_init_configuration(self, values: dict) -> None:
-        self.config = dict(values or {})
+        self.config = dict(check_mapping("values", values))
 
     def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
-        numbers = numbers_of(values)
+        numbers = numbers_of(check_mapping("values", values))
         if numbers:
             tracking.log(numbers, step=step_of(step))
 

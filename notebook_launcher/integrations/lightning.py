@@ -17,7 +17,7 @@ from typing import Any
 from lightning.fabric.loggers import Logger
 
 from .. import tracking
-from .values import numbers_of, step_of
+from .values import check_mapping, numbers_of, step_of
 
 
 class NotebookLogger(Logger):
@@ -51,7 +51,7 @@ class NotebookLogger(Logger):
         return self._version
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        values = numbers_of(metrics)
+        values = numbers_of(check_mapping("metrics", metrics))
         if values:
             tracking.log(values, step=step_of(step))
 
@@ -59,10 +59,14 @@ class NotebookLogger(Logger):
         self, params: dict[str, Any] | Namespace, *args: Any, **kwargs: Any
     ) -> None:
         """Keep the hyperparameters (in ``hyperparams``); they are not charted."""
-        self.hyperparams.update(vars(params) if isinstance(params, Namespace) else dict(params))
+        if isinstance(params, Namespace):
+            params = vars(params)
+        self.hyperparams.update(check_mapping("params", params))
 
     def finalize(self, status: str) -> None:
-        tracking.set_status(str(status))
+        if not isinstance(status, str):
+            raise TypeError(f"status={status!r} is not valid: expected a str")
+        tracking.set_status(status)
 
 
 __all__ = ["NotebookLogger"]

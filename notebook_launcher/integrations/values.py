@@ -43,3 +43,12 @@ def step_of(step: Any) -> int | float | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     return value if isinstance(value, float) and math.isfinite(value) else None
+
+
+def check_mapping(name: str, value: Any) -> Any:
+    """``value`` if it is a mapping of names to values, else a TypeError naming ``name``."""
+    if not isinstance(value, Mapping):
+        text = repr(value)
+        text = text if len(text) <= 60 else text[:57] + "..."
+        raise TypeError(f"{name}={text} is not valid: expected a dict of names to values")
+    return value

@@ -239,6 +239,18 @@ def test_adapters_outside_a_launch_do_nothing_and_check_their_arguments():
         NotebookLogger(version=1.5)
     with pytest.raises(TypeError, match="run_name=None is not valid"):
         NotebookTracker(run_name=None)
+    with pytest.raises(TypeError, match="metrics=\\[1\\] is not valid: expected a dict"):
+        NotebookLogger().log_metrics([1])
+    with pytest.raises(TypeError, match="params='lr' is not valid"):
+        NotebookLogger().log_hyperparams("lr")
+    with pytest.raises(TypeError, match="status=3 is not valid"):
+        NotebookLogger().finalize(3)
+    with pytest.raises(TypeError, match="values=0.5 is not valid"):
+        NotebookTracker().log(0.5)
+    with pytest.raises(TypeError, match="device=None is not valid"):
+        cpu_job_environment(None, 2)
+    with pytest.raises(TypeError, match="world_size=0 is not valid"):
+        cpu_job_environment("cpu", 0)
 
 
 # -- one Accelerator per process -------------------------------------------------------------------
