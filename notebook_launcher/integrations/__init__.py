@@ -28,7 +28,9 @@ Independently of that switch, so that these libraries form one job of the launch
 a worker of a CPU job of several processes gets ``ACCELERATE_USE_CPU=1`` (unless the variable
 is already set), which is what makes Accelerate's ``Accelerator()`` (and ``transformers.Trainer``)
 join the job on a machine without accelerator instead of running one independent copy per
-process; a worker forked from a Jupyter kernel drops the kernel's interactive prompt
+process; a worker forgets the Accelerate state the launching process had created (it
+describes the kernel, a single process); a worker forked from a Jupyter kernel drops the
+kernel's interactive prompt
 (``sys.ps1``), so that Lightning accepts ``strategy="ddp"`` there as it does in a script, and
 a ``Trainer`` there prints its logs as lines (as with ``disable_tqdm=True``) instead of its
 notebook display, which ipykernel drops when a forked process sends it; and one
@@ -118,6 +120,7 @@ def prepare_worker(context: Any) -> tuple[str, ...]:
     names = enabled_integrations()
     os.environ.update(cpu_job_environment(context.device, context.world_size))
     _run_as_a_script()
+    _forget_the_kernels_accelerate_state()
     hooks.when_imported("accelerate.state", _refuse_accelerate_beside_ours)
     if "transformers" in names:
         hooks.when_imported("transformers.trainer", _add_trainer_callback)
@@ -141,6 +144,20 @@ def _run_as_a_script() -> None:
         for module in _LIGHTNING_INTERACTIVE:
             hooks.when_imported(module, _not_interactive)
     hooks.when_imported("transformers.trainer", _printed_progress)
+
+
+def _forget_the_kernels_accelerate_state() -> None:
+    """A worker forked from a process that had created Accelerate's state (a ``PartialState``,
+    an ``Accelerator``, a ``Trainer`` tried out in the kernel) inherits it: a single process on
+    the kernel's device, so Accelerate in the worker would not join the job. Forget it, as the
+    bootstrap forgets ours."""
+    state = sys.modules.get("accelerate.state")
+    if state is None:
+        return
+    for name in ("AcceleratorState", "PartialState", "GradientState"):
+        shared = getattr(getattr(state, name, None), "_shared_state", None)
+        if shared is not None and hasattr(shared, "clear"):
+            shared.clear()
 
 
 def _not_interactive(module: Any) -> None:

@@ -22,7 +22,9 @@ def accelerate_state_exists() -> bool:
     """Whether Accelerate's ``AcceleratorState`` was created in this process."""
     state = sys.modules.get("accelerate.state")
     try:
-        return state.AcceleratorState._shared_state != state.PartialState._shared_state
+        shared = state.AcceleratorState._shared_state
+        # It starts as a copy of PartialState's and adds the Accelerator's settings.
+        return bool(shared) and shared != state.PartialState._shared_state
     except AttributeError:  # not imported, or a release without these
         return False
 

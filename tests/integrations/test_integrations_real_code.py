@@ -186,7 +186,23 @@ def train_with_accelerate() -> dict:
     }
 
 
-def test_accelerate_accelerator_with_defaults_joins_the_job_and_logs_to_the_panels():
+@pytest.fixture
+def accelerate_state_in_the_kernel():
+    """Accelerate's state created in the launching process, as a notebook cell may have done."""
+    import accelerate
+    from accelerate.state import AcceleratorState
+
+    accelerate.Accelerator(cpu=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
+@pytest.mark.parametrize("kernel_state", [False, True], ids=["fresh", "state-in-the-kernel"])
+def test_accelerate_accelerator_with_defaults_joins_the_job_and_logs_to_the_panels(
+    kernel_state, request
+):
+    if kernel_state:
+        request.getfixturevalue("accelerate_state_in_the_kernel")
     result = notebook_launcher(train_with_accelerate, num_processes=2, output="none")
     for out in result.values:
         assert out["world"] == 2 and out["distributed"] == "MULTI_CPU"

@@ -286,3 +286,28 @@ def test_accelerate_and_our_accelerator_in_one_process_are_refused(function, mes
 
     with pytest.raises(RuntimeError, match=message):
         notebook_launcher(function, num_processes=2, output="none", ui="none")
+
+
+def test_accelerate_helpers_without_its_accelerator_do_not_block_ours():
+    """Accelerate's PartialState alone (its collectives, split_between_processes) is no
+    Accelerator: ours may be created beside it; its Accelerator is refused, in any process."""
+    import accelerate
+    from accelerate.state import AcceleratorState as TheirAcceleratorState
+
+    from notebook_launcher.integrations import mixing
+    from notebook_launcher.state import AcceleratorState, reset_state
+
+    try:
+        accelerate.PartialState(cpu=True)
+        assert not mixing.accelerate_state_exists()
+        AcceleratorState(_from_accelerator=True)
+        assert mixing.our_state_exists()
+        reset_state()
+        accelerate.Accelerator(cpu=True)
+        assert mixing.accelerate_state_exists()
+        with pytest.raises(RuntimeError, match="accelerate.Accelerator already runs"):
+            AcceleratorState(_from_accelerator=True)
+        assert not mixing.our_state_exists()  # nothing half-made
+    finally:
+        TheirAcceleratorState._reset_state(reset_partial_state=True)
+        reset_state()

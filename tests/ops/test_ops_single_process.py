@@ -79,12 +79,15 @@ def test_plain_values_in_one_process_behave_as_in_accelerate():
     for data in (["text"], [3], [{"a": "b", "t": torch.ones(1)}], [None], ["a", "b"], [1, 2]):
         ours = _outcome(lambda data=data: ops.concatenate(data))
         assert ours == _outcome(lambda data=data: theirs.concatenate(data)), data
-    for inputs in ("a string", 7, {"a": "xy"}, ["a", "b", "c"], torch.arange(3)):
-        with PartialState().split_between_processes(inputs) as ours:
-            pass
-        with TheirState().split_between_processes(inputs) as expected:
-            pass
-        assert ours is inputs and expected is inputs
+    try:
+        for inputs in ("a string", 7, {"a": "xy"}, ["a", "b", "c"], torch.arange(3)):
+            with PartialState().split_between_processes(inputs) as ours:
+                pass
+            with TheirState().split_between_processes(inputs) as expected:
+                pass
+            assert ours is inputs and expected is inputs
+    finally:
+        TheirState._reset_state()  # Accelerate's state must not outlive the test
 
 
 def test_reduce_max_in_one_process_is_a_copy_as_in_accelerate():
