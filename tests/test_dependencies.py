@@ -30,7 +30,7 @@ NOT_INSTALLED_HERE = {"torch_xla": "torch-xla", "lightning": "lightning", "tomli
 
 # Which dependency lists each part of the tree may draw from.
 PARTS = {
-    "notebook_launcher": ("runtime", "tpu"),
+    "notebook_launcher": ("runtime", "tpu", "integrations"),
     "tests": ("runtime", "test", "browser", "tpu"),
     "notebooks": ("runtime", "test"),
     "benchmarks": ("runtime", "test", "bench"),
@@ -88,8 +88,12 @@ def _local_names(part: str) -> set[str]:
     """Modules that live in the tree itself (helpers beside the tests, files a tutorial writes)."""
     names = {"notebook_launcher", "tests"}
     base = ROOT / part
+    if part == "notebook_launcher":  # the package imports itself as notebook_launcher only, so
+        return names  # notebook_launcher/integrations/transformers.py does not hide transformers
     names.update(p.stem for p in base.rglob("*.py"))
     names.update(p.name for p in base.rglob("*") if p.is_dir())
+    if part == "benchmarks":  # some reuse the tests' workloads
+        names.update(p.stem for p in (ROOT / "tests").rglob("*.py"))
     if part == "notebooks":
         for path in base.glob("*.ipynb"):
             names.update(re.findall(r"(\w+)\.py", path.read_text()))

@@ -159,10 +159,12 @@ def resolve_trackers(log_with: Any, logging_dir: str | None) -> list[str | Gener
         if isinstance(entry, GeneralTracker):
             chosen.append(entry)
             continue
+        if isinstance(entry, LoggerType):  # not a str, as in Accelerate
+            entry = entry.value
         if not isinstance(entry, str):
             raise invalid("log_with", entry, f"expected a tracker name ({allowed})", TypeError)
         name = str(entry).lower()
-        if name == LoggerType.ALL:
+        if name == LoggerType.ALL.value:
             chosen.extend(n for n in BUILT_IN if _available(n) and n not in chosen)
             continue
         if name not in BUILT_IN:

@@ -75,18 +75,18 @@ def _epoch_targets(dataloader: DataLoader) -> list[Any]:
     return [node for node in found if callable(getattr(node, "set_epoch", None))]
 
 
-def check_rng_types(rng_types: Any) -> list[RNGType] | None:
-    """``rng_types`` as a new list of RNGType members (None stays None)."""
+def check_rng_types(rng_types: Any) -> list[str | RNGType] | None:
+    """``rng_types`` checked, as a new list of the same items (None stays None)."""
     if rng_types is None:
         return None
     allowed = "expected None or a list of " + ", ".join(repr(v) for v in RNGType.list())
     if isinstance(rng_types, (str, bytes)) or not isinstance(rng_types, (list, tuple)):
         raise invalid("rng_types", rng_types, allowed, TypeError)
-    if not all(isinstance(kind, str) for kind in rng_types):
+    if not all(isinstance(kind, (str, RNGType)) for kind in rng_types):
         raise invalid("rng_types", rng_types, allowed, TypeError)
     if not all(kind in RNGType for kind in rng_types):
         raise invalid("rng_types", rng_types, allowed)
-    return [RNGType(kind) for kind in rng_types]
+    return list(rng_types)
 
 
 def check_device(name: str, device: Any) -> torch.device | None:
@@ -276,11 +276,16 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
         if not self.rng_types or not is_distributed():
             return
         generator = self.synchronized_generator
-        kinds = [k for k in self.rng_types if k is not RNGType.GENERATOR or generator is not None]
+        kinds = [
+            k
+            for k in self.rng_types
+            if RNGType(k) is not RNGType.GENERATOR or generator is not None
+        ]
         if kinds:
             synchronize_rng_states(kinds, generator)
         sampler = self.get_sampler()
-        if RNGType.GENERATOR in self.rng_types and isinstance(sampler, SeedableRandomSampler):
+        generators = any(RNGType(k) is RNGType.GENERATOR for k in self.rng_types)
+        if generators and isinstance(sampler, SeedableRandomSampler):
             sampler.initial_seed = broadcast_object(sampler.initial_seed)
 
     def __len__(self) -> int:

@@ -96,12 +96,19 @@ def _own_sampler(
         )
         replaced = {} if sampler.generator is None else {sampler.generator: owned.generator}
         synced = None
-    elif sync and isinstance(getattr(sampler, "generator", False), (torch.Generator, type(None))):
+    elif (
+        sync and isinstance(getattr(sampler, "generator", False), (torch.Generator, type(None)))
+    ) or (
+        # Not sharded, but the loader draws its workers' base seed from the sampler's own
+        # generator: both must keep using one generator (a copy) for Accelerate's order.
+        isinstance(getattr(sampler, "generator", None), torch.Generator)
+        and sampler.generator is dataloader.generator
+    ):
         owned = copy.copy(sampler)
         original = sampler.generator
         owned.generator = _seeded_generator() if original is None else _clone(original)
         replaced = {} if original is None else {original: owned.generator}
-        synced = owned.generator
+        synced = owned.generator if sync else None
     else:
         return batches, None, {}
     batches = copy.copy(batches)
@@ -239,7 +246,7 @@ def prepare_data_loader(
     if own is not None:
         kwargs["generator"] = replaced.get(own) or _clone(own)
     if rng is not None and synced is None and not use_seedable_sampler:
-        rng = [kind for kind in rng if kind is not RNGType.GENERATOR]
+        rng = [kind for kind in rng if RNGType(kind) is not RNGType.GENERATOR]
     if dispatch_batches:
         kwargs.pop("generator", None)
         return DataLoaderDispatcher(

@@ -14,12 +14,18 @@ from typing import Any
 import torch
 
 from ..state.partial import PartialState
+from ..utils.enums import DistributedType
 from ..utils.validation import check_bool, check_choice, check_int, invalid
 from .comm import Communicator, current
 from .debug import brief, describe, describe_ndims, verify
 from .packing import pack, plan, put_back, tensor_leaves, unpack
 
-REDUCTIONS = ("mean", "sum", "none")
+REDUCTIONS = ("mean", "sum", "max", "none")
+
+
+def _alone(comm: Communicator) -> bool:
+    """Whether this process is not part of a job (a job of one launched process is one)."""
+    return comm.world_size == 1 and comm._shared.get("distributed_type") is DistributedType.NO
 
 
 # -- gather ----------------------------------------------------------------------------------------
@@ -59,17 +65,16 @@ def gather(tensor: Any) -> Any:
         becomes one row per process). In a single process ``tensor`` itself.
 
     Raises:
-        TypeError: a leaf that is not a tensor.
+        TypeError: a leaf that is not a tensor (in a job; a process that is not part of one
+            returns ``tensor`` as it is, whatever it holds, as Accelerate does).
         DistributedOperationException: in debug mode, the processes' inputs differ.
 
     Example:
         >>> predictions = gather(logits.argmax(-1))  # on every process: all processes' rows
-
-    Note:
-        A leaf that is not a tensor is a TypeError in a single process too, as it is in a job
-        (Accelerate passes it through when there is one process).
     """
     comm = current()
+    if _alone(comm):
+        return tensor
     tensors = tensor_leaves(tensor, "gather")
     if comm.world_size == 1 or not tensors:
         return tensor
@@ -169,10 +174,13 @@ def broadcast(tensor: Any, from_process: int = 0) -> Any:
     Note:
         Non-contiguous tensors are updated in place too (torch.distributed refuses them), and
         the result is ``tensor`` itself rather than a rebuilt container of the same tensors. A
-        leaf that is not a tensor is a TypeError in a single process too, as it is in a job.
+        leaf that is not a tensor is a TypeError in a job; a process that is not part of one
+        returns ``tensor`` as it is, as Accelerate does.
     """
     comm = current()
     src = _check_source(comm, from_process)
+    if _alone(comm):
+        return tensor
     tensors = tensor_leaves(tensor, "broadcast")
     if comm.world_size == 1 or not tensors:
         return tensor
@@ -260,19 +268,34 @@ def _finish(x: torch.Tensor, divisor: int | None, scale: float) -> torch.Tensor:
     return x
 
 
+def _reduce_max(comm: Any, t: torch.Tensor, scale: float) -> torch.Tensor:
+    """The element-wise largest value of ``t`` over the processes, into a new tensor."""
+    if t.dtype.is_complex:
+        raise invalid("reduction", "max", "complex tensors have no order", TypeError)
+    if t.requires_grad:
+        t = t.detach()
+    if comm is None:
+        return _finish(t.clone(memory_format=torch.contiguous_format), None, scale)
+    rows = t.contiguous().reshape(1, -1)
+    every = rows.new_empty((comm.world_size, rows.shape[1]))
+    comm.all_gather_into(every, rows)
+    return _finish(torch.amax(every, 0).reshape(t.shape), None, scale)
+
+
 def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
-    """Sum or average tensors over all processes.
+    """Sum, average or take the maximum of tensors over all processes.
 
     Args:
         tensor: a tensor or nested lists, tuples and dicts of tensors, of the same structure,
             shapes and dtypes on every process.
-        reduction: "mean" (sum divided by the number of processes), "sum", or "none" (no
-            communication: each process keeps its own values).
+        reduction: "mean" (sum divided by the number of processes), "sum", "max" (the
+            element-wise largest value), or "none" (no communication: each process keeps its
+            own values).
         scale: a factor applied to the result.
 
     Returns:
         The same structure of new tensors (the inputs are not modified), the same on every
-        process for "mean" and "sum".
+        process for "mean", "sum" and "max".
 
     Raises:
         TypeError, ValueError: a leaf that is not a tensor, a bad ``reduction`` or ``scale``.
@@ -296,6 +319,11 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
     divisor = comm.world_size if reduction == "mean" else None
     communicate = summing and comm.world_size > 1
     tensors = tensor_leaves(tensor, "reduce")
+    if reduction == "max":
+        if communicate and comm.debug:
+            verify(comm, f"reduce(tensor={describe(tensor)}, reduction='max')")
+        group = comm if communicate else None
+        return put_back(tensor, [_reduce_max(group, t, scale) for t in tensors])
     if not communicate:
         return put_back(tensor, [_reduce_one(None, t, summing, divisor, scale) for t in tensors])
     if comm.debug:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from itertools import chain
 from typing import Any
 
@@ -106,16 +106,23 @@ def get_max_layer_size(
 ) -> tuple[int, list[str]]:
     """The size of the largest layer, a layer being a module not to be split across devices.
 
-    A layer is a module without children or one whose class name is in
-    ``no_split_module_classes``; the others are searched through.
+    A layer is a module without children, one whose class name is in
+    ``no_split_module_classes``, or an entry that is not a module (a parameter or buffer, as
+    ``infer_auto_device_map`` lists them); the other modules are searched through.
 
     Args:
         modules: ``(name, module)`` pairs to search, e.g. ``list(model.named_children())``.
         module_sizes: bytes per module name, as :func:`compute_module_sizes` gives them.
-        no_split_module_classes: class names of modules that count as one layer.
+        no_split_module_classes: class names of modules that count as one layer (tested with
+            ``in``, as Accelerate does).
 
     Returns:
         The largest size and the names of every layer of that size.
+
+    Raises:
+        TypeError: ``modules`` is not a list of pairs, or ``no_split_module_classes`` is not a
+            container of names.
+        KeyError: a layer has no size in ``module_sizes`` (the message names both).
 
     Example:
         >>> sizes = compute_module_sizes(model)
@@ -123,40 +130,38 @@ def get_max_layer_size(
         (4196352, ['blocks.0', 'blocks.1'])
 
     Note:
-        A layer missing from ``module_sizes`` is a ValueError naming it (a KeyError in
-        Accelerate), and the children of a module named "" are named "child", not ".child".
+        The children of a module named "" are named "child", as ``compute_module_sizes``
+        names them; Accelerate names them ".child" and then finds no size for them.
     """
     if not isinstance(modules, (list, tuple)) or not all(
-        isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], nn.Module) for p in modules
+        isinstance(p, (tuple, list)) and len(p) == 2 for p in modules
     ):
         raise invalid(
             "modules", brief(modules), "expected a list of (name, module) pairs", TypeError
         )
-    if not isinstance(module_sizes, Mapping):
+    if not hasattr(module_sizes, "__getitem__"):
         raise invalid(
             "module_sizes", brief(module_sizes), "expected a dict of sizes by name", TypeError
         )
-    if isinstance(no_split_module_classes, str) or not isinstance(
-        no_split_module_classes, Iterable
-    ):
+    if not hasattr(no_split_module_classes, "__contains__"):
         raise invalid(
             "no_split_module_classes",
             no_split_module_classes,
             "expected a list of class names",
             TypeError,
         )
-    no_split = set(no_split_module_classes)
     largest, names = 0, []
     stack = list(reversed(modules))
     while stack:
         name, module = stack.pop()
-        children = list(module.named_children())
-        if children and type(module).__name__ not in no_split:
-            stack += [(f"{name}.{n}" if name else n, c) for n, c in reversed(children)]
+        children = list(module.named_children()) if isinstance(module, nn.Module) else []
+        if children and type(module).__name__ not in no_split_module_classes:
+            stack += [(f"{name}.{n}" if name != "" else n, c) for n, c in reversed(children)]
             continue
-        if name not in module_sizes:
-            raise invalid("module_sizes", brief(module_sizes), f"it has no size for {name!r}")
-        size = module_sizes[name]
+        try:
+            size = module_sizes[name]
+        except KeyError:
+            raise KeyError(f"module_sizes has no size for {name!r}") from None
         if size > largest:
             largest, names = size, [name]
         elif size == largest:

@@ -172,7 +172,9 @@ def concatenate(data: list[Any], dim: int = 0) -> Any:
         dim: the dimension to concatenate along.
 
     Returns:
-        One structure like ``data[0]`` whose leaves are ``torch.cat`` of the matching leaves.
+        One structure like ``data[0]`` whose leaves are ``torch.cat`` of the matching leaves. A
+        leaf that is not a tensor is returned as it is when ``data`` holds one structure only
+        (as in Accelerate); with several it is a TypeError.
 
     Example:
         >>> concatenate([{"a": torch.ones(2)}, {"a": torch.zeros(1)}])
@@ -191,6 +193,8 @@ def concatenate(data: list[Any], dim: int = 0) -> Any:
     if isinstance(first, Mapping):
         return rebuild(first, {k: concatenate([d[k] for d in data], dim) for k in first})
     if not isinstance(first, torch.Tensor):
+        if len(data) == 1:  # a single batch comes back as it is, whatever it holds
+            return first
         raise invalid(
             "data", brief(first), "can only concatenate tensors (in nested containers)", TypeError
         )

@@ -11,6 +11,7 @@ from ..utils.enums import PrecisionType
 from ..utils.environment import parse_flag_from_env
 from ..utils.replicas import ReplicaLocalDict
 from ..utils.validation import check_bool, check_choice
+from .mixing import check_ours_may_start
 from .partial import PartialState
 
 FP8_PACKAGES = ("transformer_engine", "msamp", "torchao")
@@ -66,7 +67,9 @@ class AcceleratorState:
         DeepSpeed, FSDP, tensor/context parallelism and Megatron-LM are out of scope of this
         package: passing one of their plugins raises NotImplementedError. Unlike Accelerate, a
         refused ``AcceleratorState()`` leaves nothing half-initialised behind, and the
-        Accelerator can still create the state afterwards.
+        Accelerator can still create the state afterwards. A process where Accelerate's own
+        ``AcceleratorState`` exists (``accelerate.Accelerator``, ``transformers.Trainer``)
+        cannot create this one: RuntimeError.
     """
 
     _shared_state = ReplicaLocalDict()  # per thread where XLA replicas are threads
@@ -116,6 +119,7 @@ class AcceleratorState:
                 "`accelerator = Accelerator(...)` first (it creates the state), or use "
                 "PartialState() for the process information and helpers alone."
             )
+        check_ours_may_start()  # not beside accelerate.Accelerator in one process
         precision = _mixed_precision(mixed_precision)
         if precision == "fp8":
             _check_fp8_available()

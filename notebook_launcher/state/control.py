@@ -165,7 +165,9 @@ class ProcessControl:
         Note:
             Unlike Accelerate, padding also works for tuples, for empty inputs (every share is
             empty) and for fewer items than processes; the input dict is not modified; padded
-            tensors stay on their own device; and an unsupported type is a TypeError instead of
-            being handed whole to every process.
+            tensors stay on their own device; and in a job of several processes an unsupported
+            type (a str, a set ...) is a TypeError instead of being handed whole to every
+            process. With one process ``inputs`` comes back as it is, whatever its type, as in
+            Accelerate.
         """
         yield split_between(inputs, self.num_processes, self.process_index, apply_padding)

@@ -69,16 +69,20 @@ def split_between(
     of ``inputs``; an empty input stays empty. Lists stay lists, tuples tuples, tensors tensors
     (on their own device), dicts are rebuilt with each value split.
 
+    With one process ``inputs`` itself comes back, whatever its type (a string too), as in
+    Accelerate.
+
     Raises:
-        TypeError: ``inputs`` is of another type, naming it.
+        TypeError: ``inputs`` is of another type (with several processes), naming it. A str
+            is refused too: Accelerate would give every process the whole string.
         ValueError: the values of a dict differ in length.
     """
     check_bool("apply_padding", apply_padding)
     check_int("num_processes", num_processes, 1)
     check_int("process_index", process_index, 0)
-    length = _length(inputs, "inputs")
-    if num_processes == 1:
+    if num_processes == 1:  # as in Accelerate: whatever it is, the one process gets it whole
         return inputs
+    length = _length(inputs, "inputs")
     per_process, extras = divmod(length, num_processes)
     start = process_index * per_process + min(process_index, extras)
     end = start + per_process + (1 if process_index < extras else 0)

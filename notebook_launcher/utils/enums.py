@@ -1,8 +1,16 @@
-"""Public enums describing a job, with the members and values Accelerate uses.
+"""Public enums describing a job, with the members, values and string behaviour of Accelerate's.
 
-Every enum here is a ``str`` enum: members compare equal to their values (``PrecisionType.FP16 ==
-"fp16"``), ``str(member)`` is the value, ``"fp16" in PrecisionType`` works, and ``.list()`` gives
-the values in definition order.
+As in Accelerate, three kinds of enum are used:
+
+* ``DistributedType`` is a ``str`` enum: members compare equal to their values
+  (``DistributedType.NO == "NO"``) and ``str(DistributedType.NO)`` is ``"DistributedType.NO"``.
+* ``PrecisionType`` is a ``str`` enum whose ``str()`` is its value: ``PrecisionType.FP16 ==
+  "fp16"`` and ``str(PrecisionType.FP16) == "fp16"``.
+* ``LoggerType``, ``RNGType`` and ``DDPCommunicationHookType`` are plain enums whose ``str()`` is
+  their value but which are not strings: ``LoggerType.WANDB != "wandb"``; compare
+  ``str(member)`` or ``member.value``, or convert with ``LoggerType("wandb")``.
+
+Every one accepts ``value in SomeEnum`` and has ``.list()``, the values in definition order.
 """
 
 from __future__ import annotations
@@ -21,8 +29,8 @@ class _ContainsValues(enum.EnumMeta):
         return True
 
 
-class StrEnum(str, enum.Enum, metaclass=_ContainsValues):
-    """A string enum whose ``str()`` is its value."""
+class BaseEnum(enum.Enum, metaclass=_ContainsValues):
+    """An enum whose ``str()`` is its value (its members are not strings)."""
 
     def __str__(self) -> str:
         return self.value
@@ -33,16 +41,24 @@ class StrEnum(str, enum.Enum, metaclass=_ContainsValues):
         return [member.value for member in cls]
 
 
-class DistributedType(StrEnum):
+class StrEnum(str, BaseEnum):
+    """A string enum whose ``str()`` is its value."""
+
+
+class DistributedType(str, enum.Enum, metaclass=_ContainsValues):
     """How the processes of a job are connected.
 
     ``NO`` is a single process; ``MULTI_CPU``/``MULTI_GPU``/``MULTI_*`` are data-parallel jobs on
     that kind of device; ``DEEPSPEED``, ``FSDP`` and ``MEGATRON_LM`` name those engines; ``XLA``
     is a TPU (or other XLA device) job. ``TPU`` is an alias of ``XLA``.
 
+    ``str(DistributedType.NO)`` is ``"DistributedType.NO"`` and ``format()`` follows Python's
+    rule for ``str`` enums, as in Accelerate; ``.value`` is ``"NO"``.
+
     Note:
-        Unlike Accelerate, ``str(DistributedType.NO)`` is ``"NO"`` (the value), like the other
-        enums here, and the ``TPU`` alias is kept for code written against older releases.
+        Unlike Accelerate, ``"NO" in DistributedType`` is True on every Python version (on
+        Python < 3.12 Accelerate's raises TypeError), it has ``.list()``, and the ``TPU`` alias
+        is kept for code written against older releases.
     """
 
     NO = "NO"
@@ -61,6 +77,11 @@ class DistributedType(StrEnum):
     MULTI_NEURON = "MULTI_NEURON"
     TPU = "XLA"  # alias of XLA
 
+    @classmethod
+    def list(cls) -> list[str]:
+        """Every value, in definition order (the TPU alias not repeated)."""
+        return [member.value for member in cls]
+
 
 class PrecisionType(StrEnum):
     """Mixed-precision modes: none, 8-bit, 16-bit float or bfloat16."""
@@ -76,7 +97,7 @@ class PrecisionType(StrEnum):
 MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16", "fp8")
 
 
-class LoggerType(StrEnum):
+class LoggerType(BaseEnum):
     """Experiment trackers, by the name used to select them (``ALL`` means every one installed)."""
 
     ALL = "all"
@@ -91,7 +112,7 @@ class LoggerType(StrEnum):
     SWANLAB = "swanlab"
 
 
-class RNGType(StrEnum):
+class RNGType(BaseEnum):
     """Random number generators that can be synchronised across processes."""
 
     TORCH = "torch"
@@ -107,7 +128,7 @@ class RNGType(StrEnum):
     GENERATOR = "generator"
 
 
-class DDPCommunicationHookType(StrEnum):
+class DDPCommunicationHookType(BaseEnum):
     """Gradient communication hooks for DistributedDataParallel.
 
     ``FP16``/``BF16`` compress gradients to that type before the all-reduce; ``POWER_SGD`` and

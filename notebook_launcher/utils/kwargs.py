@@ -88,12 +88,16 @@ class DistributedDataParallelKwargs(KwargsHandler):
             "static_graph",
         ):
             check_bool(name, getattr(self, name))
+        hook, wrapper = (
+            value.value if isinstance(value, DDPCommunicationHookType) else value
+            for value in (self.comm_hook, self.comm_wrapper)
+        )
         self.comm_hook = DDPCommunicationHookType(
-            check_choice("comm_hook", self.comm_hook, DDPCommunicationHookType.list(), str.lower)
+            check_choice("comm_hook", hook, DDPCommunicationHookType.list(), str.lower)
         )
         wrappers = [w.value for w in _WRAPPERS]
         self.comm_wrapper = DDPCommunicationHookType(
-            check_choice("comm_wrapper", self.comm_wrapper, wrappers, str.lower)
+            check_choice("comm_wrapper", wrapper, wrappers, str.lower)
         )
         if not isinstance(self.comm_state_option, dict):
             raise invalid("comm_state_option", self.comm_state_option, "expected a dict", TypeError)
@@ -168,14 +172,17 @@ class InitProcessGroupKwargs(KwargsHandler):
         backend: process-group backend. Only a value other than the default "nccl" is passed on
             (``to_kwargs()``), so by default each device uses its own: gloo on CPUs, nccl on GPUs.
         init_method: rendezvous URL (None: ``env://``, the variables the launcher sets).
-        timeout: how long collectives may wait before failing. None leaves torch's default,
-            which depends on the backend: 10 minutes for nccl, 30 minutes for the others (gloo
-            included); see :meth:`effective_timeout`.
+        timeout: how long collectives may wait before failing. None fills in Accelerate's
+            default from ``backend``: 600 s for "nccl" (so ``InitProcessGroupKwargs().timeout``
+            is 600 s), 1800 s for any other backend. ``to_kwargs()`` leaves out a filled-in
+            default, so the group then gets torch's default for the backend it is created with
+            (10 minutes for nccl, 30 minutes for gloo); see :meth:`effective_timeout`.
 
     Note:
-        Accelerate fills ``timeout`` in at construction (600 s for nccl, 1800 s otherwise),
-        which makes ``to_kwargs()`` report a timeout nobody asked for when ``backend`` is set;
-        here it stays None until given, and torch applies its own default.
+        A timeout you pass is always part of ``to_kwargs()``, even when it equals the
+        filled-in default: Accelerate compares it with the default and drops it, so
+        ``InitProcessGroupKwargs(timeout=timedelta(seconds=600))`` on a gloo group waits
+        torch's 30 minutes there.
 
     Example:
         >>> kwargs = InitProcessGroupKwargs(timeout=timedelta(minutes=5))
@@ -189,18 +196,34 @@ class InitProcessGroupKwargs(KwargsHandler):
     def __post_init__(self) -> None:
         check_optional_str("backend", self.backend)
         check_optional_str("init_method", self.init_method)
-        if self.timeout is not None:
+        given = self.timeout is not None
+        if given:
             if not isinstance(self.timeout, timedelta):
                 raise invalid(
                     "timeout", self.timeout, "expected a datetime.timedelta or None", TypeError
                 )
             if self.timeout <= timedelta(0):
                 raise invalid("timeout", self.timeout, "expected a positive duration")
+        else:
+            self.timeout = timedelta(seconds=600 if self.backend == "nccl" else 1800)
+        self._timeout_given = given
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, deep-copied."""
+        return {k: v for k, v in super().to_dict().items() if not k.startswith("_")}
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """The fields that differ from the defaults, and the timeout whenever one was given."""
+        kwargs = super().to_kwargs()
+        if self._timeout_given:
+            kwargs["timeout"] = self.timeout
+        return kwargs
 
     def effective_timeout(self, backend: str | None = None) -> timedelta:
         """The timeout a group created with these settings gets on ``backend`` (default: ours)."""
-        if self.timeout is not None:
-            return self.timeout
+        given = self.to_kwargs().get("timeout")
+        if given is not None:
+            return given
         from torch.distributed import constants
 
         name = backend or self.backend

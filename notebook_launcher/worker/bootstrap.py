@@ -13,6 +13,7 @@ from typing import Any
 import cloudpickle
 import torch
 
+from ..integrations import prepare_worker as prepare_integrations
 from ..protocol.channel import EventChannel
 from ..protocol.context import WorkerContext, set_context
 from ..protocol.events import WorkerFailed, WorkerFinished, WorkerStarted
@@ -128,6 +129,7 @@ def call_function(spec: WorkerSpec, payload: Any, channel: EventChannel) -> int:
     """Run the user's function, report its result or failure; the process's exit code."""
     rank = spec.context.rank
     try:
+        prepare_integrations(spec.context)  # before unpickling: that may import the libraries
         if isinstance(payload, bytes):  # spawn ships (function, args) by value
             payload = cloudpickle.loads(payload)
         function, args = payload

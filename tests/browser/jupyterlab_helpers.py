@@ -7,6 +7,7 @@ is bounded.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -155,3 +156,81 @@ def chromium(profile: Path):
             yield context.pages[0] if context.pages else context.new_page()
         finally:
             context.close()
+
+
+STATES = """(i) => {
+    const table = document.querySelectorAll('.nl-status')[i];
+    if (!table) return null;
+    return Array.from(table.querySelectorAll('tr[data-rank]')).map(row => row.dataset.state);
+}"""
+LOGGED = """(i) => {
+    const chart = document.querySelectorAll('.nl-metrics')[i]?.querySelector('svg[data-metric="loss"]');
+    return chart ? Number(chart.dataset.logged) : 0;
+}"""
+KERNEL = """() => {
+    const widget = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+    const kernel = widget && widget.sessionContext && widget.sessionContext.session
+        && widget.sessionContext.session.kernel;
+    return kernel ? kernel.status : null;
+}"""
+
+
+def notebook(cells: list[str]) -> dict:
+    """A notebook of code cells, not yet run."""
+    return {
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "metadata": {},
+                "outputs": [],
+                "source": source,
+            }
+            for source in cells
+        ],
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+def poll(page, script: str, arg, until, timeout: float, every: float = 0.1) -> list:
+    """Evaluate ``script`` until ``until(value)``; return every distinct value seen, in order."""
+    seen: list = []
+    deadline = time.monotonic() + timeout
+    while True:
+        value = page.evaluate(script, arg)
+        if not seen or seen[-1] != value:
+            seen.append(value)
+        if until(value):
+            return seen
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"gave up after {timeout} s; values seen: {seen[-5:]}")
+        time.sleep(every)
+
+
+@contextmanager
+def notebook_page(tmp_path: Path, cells: list[str], name: str = "panels.ipynb"):
+    """JupyterLab with a notebook of ``cells`` open in Chromium, its kernel idle."""
+    root, home = tmp_path / "root", tmp_path / "home"
+    root.mkdir()
+    settings = home / "settings" / "@jupyterlab"
+    for extension, setting, values in (
+        # Render every cell, on screen or not, so the test can read all outputs.
+        ("notebook-extension", "tracker", {"windowingMode": "none"}),
+        # No news or update toasts over the screenshots.
+        ("apputils-extension", "notification", {"fetchNews": "false", "checkForUpdates": False}),
+    ):
+        (settings / extension).mkdir(parents=True)
+        (settings / extension / f"{setting}.jupyterlab-settings").write_text(json.dumps(values))
+    (root / name).write_text(json.dumps(notebook(cells)))
+    with jupyterlab(root, home) as lab, chromium(tmp_path / "profile") as page:
+        page.goto(lab.url(f"lab/tree/{name}", "reset"))
+        poll(page, KERNEL, None, lambda status: status == "idle", timeout=60, every=0.25)
+        yield page
+
+
+def shoot(locator, name: str, shots: Path) -> None:
+    locator.screenshot(path=str(shots / name))

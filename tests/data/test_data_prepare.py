@@ -86,11 +86,52 @@ def test_same_shuffled_batches_as_accelerate():
             range(29), batch_size=3, shuffle=True, generator=torch.Generator().manual_seed(seed)
         )
 
-    for n, p, seed in ((2, 0, 1), (2, 1, 1), (3, 2, 7)):
+    for n, p, seed in ((1, 0, 3), (2, 0, 1), (2, 1, 1), (3, 2, 7)):
         ours = prepare_data_loader(shuffled(seed), None, n, p)
         theirs = accelerate.prepare_data_loader(shuffled(seed), None, n, p)
         for _ in range(2):  # two epochs
             assert [b.tolist() for b in ours] == [b.tolist() for b in theirs]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"use_seedable_sampler": True},
+        {"use_seedable_sampler": True, "data_seed": 42},
+        {"drop_last": True},
+        {"split_batches": True},
+        {"even_batches": False},
+        {"generator": 5},
+    ],
+)
+def test_shuffles_after_the_same_seed_are_bit_identical_to_accelerate(options):
+    import accelerate.data_loader as accelerate
+    from accelerate.utils import set_seed as their_set_seed
+
+    from notebook_launcher import set_seed
+
+    def epochs(prepare, seed_everything, n, p):
+        kwargs = dict(options)
+        generator = kwargs.pop("generator", None)
+        if generator is not None:
+            generator = torch.Generator().manual_seed(generator)
+        drop_last = kwargs.pop("drop_last", False)
+        seed_everything(1234)
+        original = DataLoader(
+            list(range(37)), batch_size=4, shuffle=True, generator=generator, drop_last=drop_last
+        )
+        loader = prepare(original, num_processes=n, process_index=p, **kwargs)
+        seen = []
+        for epoch in range(3):
+            loader.set_epoch(epoch)
+            seen.append([b.tolist() for b in loader])
+        return seen, torch.rand(2).tolist()  # the global generator is left as Accelerate leaves it
+
+    for n in (1, 2, 4):
+        for p in range(n):
+            ours = epochs(prepare_data_loader, set_seed, n, p)
+            assert ours == epochs(accelerate.prepare_data_loader, their_set_seed, n, p), (n, p)
 
 
 def test_the_documented_example():

@@ -84,6 +84,7 @@ def exercise(debug: bool):
     out["sum"] = ops.reduce(data, reduction="sum")
     out["mean"] = ops.reduce(data, reduction="mean", scale=2.0)
     out["none"] = ops.reduce(data, reduction="none")
+    out["max"] = ops.reduce(data, reduction="max")
     out["unchanged"] = torch.equal(data["f32"], same_shaped(rank)["f32"].to(device))
     out["mean_random"] = ops.reduce(random_values(rank).to(device))
 
@@ -146,6 +147,10 @@ def _summed(tensors):
     return stacked.sum(0).to(stacked.dtype)
 
 
+def _largest(tensors):
+    return torch.stack(tensors).amax(0)
+
+
 def _mean_times_two(tensors):
     return _summed(tensors) / len(tensors) * 2.0  # integers: a float mean, as reduce gives
 
@@ -203,6 +208,7 @@ def test_every_collective_across_ranks(world, debug, transport, monkeypatch):
             assert out[f"objects_from_{src}"] == [{"from": src}, f"r{src}"]
         assert_equal(out["sum"], leafwise(_summed, inputs))
         assert_equal(out["none"], leafwise(lambda ts, r=rank: ts[r].clone(), inputs))
+        assert_equal(out["max"], leafwise(_largest, inputs))
         mean = out["mean"]
         assert mean["i64"].first.dtype == torch.float32  # the mean of integers is a float
         expected_mean = leafwise(_mean_times_two, inputs)
@@ -233,3 +239,28 @@ def test_every_collective_across_ranks(world, debug, transport, monkeypatch):
         assert out["gather_padded"]["big"].shape == (world * (BIG + world - 1),)
         if rank != world - 1:
             assert out["waited"] > 0.2  # waited for the last rank's sleep
+
+
+def reduce_like_accelerate():
+    import accelerate
+    import accelerate.utils
+
+    theirs = accelerate.PartialState(cpu=True)
+    ours = PartialState()  # adopts the process group Accelerate created
+    rank = ours.process_index
+    assert theirs.num_processes == ours.num_processes == 2
+    data = {"f": torch.tensor([1.5, -2.0]) * (rank + 1), "i": [torch.tensor([rank, 7 - rank])]}
+    pairs = {}
+    for reduction in ("sum", "mean", "max"):
+        if reduction == "mean":  # Accelerate's mean of integers fails: floats only
+            data = {"f": data["f"]}
+        pairs[reduction] = (ops.reduce(data, reduction), accelerate.utils.reduce(data, reduction))
+    return pairs
+
+
+def test_reduce_across_ranks_matches_accelerate():
+    import accelerate  # noqa: F401 (imported once here, not by every forked worker)
+
+    for pairs in notebook_launcher(reduce_like_accelerate, num_processes=2, output="none"):
+        for reduction, (ours, theirs) in pairs.items():
+            assert ops.listify(ours) == ops.listify(theirs), reduction

@@ -130,14 +130,41 @@ def test_get_max_layer_size_finds_every_layer_of_the_largest_size():
     assert ops.get_max_layer_size(modules, sizes, ["Block"]) == (block, ["blocks.0", "blocks.1"])
     assert ops.get_max_layer_size(modules, sizes, []) == (80 * 4, ["embed"])
     assert ops.get_max_layer_size([], sizes, []) == (0, [])
-    with pytest.raises(ValueError, match="it has no size for 'head'"):
+    with pytest.raises(KeyError, match="module_sizes has no size for 'head'"):
         ops.get_max_layer_size([("head", net.head)], {}, [])
     with pytest.raises(TypeError, match="modules=.* is not valid"):
         ops.get_max_layer_size([net], sizes, [])
-    with pytest.raises(TypeError, match="no_split_module_classes='Block' is not valid"):
-        ops.get_max_layer_size(modules, sizes, "Block")
+    with pytest.raises(TypeError, match="no_split_module_classes=None is not valid"):
+        ops.get_max_layer_size(modules, sizes, None)
     with pytest.raises(TypeError, match="dtype='half-ish' is not valid"):
         ops.compute_module_sizes(net, dtype="half-ish")
+
+
+def test_get_max_layer_size_answers_as_accelerate_does():
+    from accelerate.utils.modeling import get_max_layer_size as theirs
+
+    net = Net()
+    sizes = ops.compute_module_sizes(net)
+    children = list(net.named_children())
+    # infer_auto_device_map lists a module's own parameters and buffers beside its children
+    block = net.blocks[0]
+    mixed = [(f"blocks.0.{name}", child) for name, child in block.named_children()]
+    mixed += [("blocks.0.steps", block.steps), ("embed.weight", net.embed.weight)]
+    cases = [
+        (children, ["Block"]),
+        (children, []),
+        (children, "Block"),  # a string: class names are tested with `in`, as substrings
+        (children, ("LayerNorm", "Linear")),
+        ([list(pair) for pair in children], {"Block"}),  # pairs as lists
+        (mixed, []),
+        (mixed, ["Block"]),
+        ([("blocks.0", net.blocks[0]), ("embed", net.embed.weight)], []),
+        ([], []),
+    ]
+    for modules, no_split in cases:
+        assert ops.get_max_layer_size(modules, sizes, no_split) == theirs(
+            list(modules), sizes, no_split
+        ), (modules, no_split)
 
 
 # -- offload_state_dict ------------------------------------------------------------------------------

@@ -204,6 +204,7 @@ def test_concatenate_refuses_bad_input():
         concatenate([])
     with pytest.raises(TypeError, match="data='x' is not valid: can only concatenate tensors"):
         concatenate(["x", "y"])
+    assert concatenate(["x"]) == "x"  # a single batch comes back as it is, as in Accelerate
     with pytest.raises(TypeError, match="dim='0' is not valid"):
         concatenate([torch.ones(1)], dim="0")
 

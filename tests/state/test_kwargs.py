@@ -25,7 +25,44 @@ def test_to_kwargs_returns_only_what_differs():
     assert InitProcessGroupKwargs().to_kwargs() == {}
     timeout = timedelta(seconds=800)
     assert InitProcessGroupKwargs(timeout=timeout).to_kwargs() == {"timeout": timeout}
-    assert InitProcessGroupKwargs(backend="gloo").to_kwargs() == {"backend": "gloo"}
+    assert InitProcessGroupKwargs(init_method="env://").to_kwargs() == {"init_method": "env://"}
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"backend": "gloo"},
+        {"backend": None},
+        {"backend": "nccl", "timeout": timedelta(seconds=5)},
+        {"backend": "gloo", "timeout": timedelta(seconds=60)},
+        {"init_method": "env://"},
+    ],
+)
+def test_process_group_timeout_and_to_kwargs_match_accelerate(kwargs):
+    from accelerate.utils import InitProcessGroupKwargs as Theirs
+
+    ours, theirs = InitProcessGroupKwargs(**kwargs), Theirs(**kwargs)
+    assert ours.timeout == theirs.timeout
+    assert ours.to_dict() == theirs.to_dict()
+    assert ours.to_kwargs() == theirs.to_kwargs()
+
+
+def test_the_default_timeout_follows_the_backend_as_in_accelerate():
+    assert InitProcessGroupKwargs().timeout == timedelta(seconds=600)  # backend "nccl"
+    assert InitProcessGroupKwargs(backend="gloo").timeout == timedelta(seconds=1800)
+    assert InitProcessGroupKwargs(backend="gloo").to_kwargs() == {
+        "backend": "gloo",
+        "timeout": timedelta(seconds=1800),
+    }
+
+
+def test_a_timeout_given_is_passed_on_even_when_it_equals_the_default():
+    from accelerate.utils import InitProcessGroupKwargs as Theirs
+
+    ten_minutes = timedelta(seconds=600)
+    assert InitProcessGroupKwargs(timeout=ten_minutes).to_kwargs() == {"timeout": ten_minutes}
+    assert Theirs(timeout=ten_minutes).to_kwargs() == {}  # dropped: a gloo group would wait 30 min
 
 
 def test_scaler_kwargs_build_a_grad_scaler():

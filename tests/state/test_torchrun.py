@@ -27,7 +27,7 @@ SCRIPT = textwrap.dedent(
         entered = time.time()
     state.wait_for_everyone()
     record = {
-        "distributed_type": str(state.distributed_type),
+        "distributed_type": state.distributed_type.value,
         "backend": state.backend,
         "world": dist.get_world_size(),
         "ranks": [state.num_processes, state.process_index, state.local_process_index],

@@ -3,44 +3,21 @@
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 import pytest
 import torch
+from channel import pose_as_worker
 
 import notebook_launcher.worker.live as tracking
 from notebook_launcher import log, notebook_launcher, progress, set_status
-from notebook_launcher.protocol.context import WorkerContext, set_context
 from notebook_launcher.protocol.events import TrackingBatch
-
-
-class Channel:
-    """Collects what a worker would send to the kernel."""
-
-    def __init__(self) -> None:
-        self.sent: list[object] = []
-        self.lock = threading.Lock()
-
-    def send(self, event: object) -> None:
-        with self.lock:
-            self.sent.append(event)
-
-    def records(self) -> list:
-        return [r for e in self.sent if isinstance(e, TrackingBatch) for r in e.metrics]
 
 
 @pytest.fixture
 def worker(monkeypatch):
     """This process poses as rank 0 of a launch for the length of the test."""
-    channel = Channel()
-    context = WorkerContext(0, 0, 2, 2, 0, 1, "127.0.0.1", 0, "cpu", "no", 0, channel=channel)
-    set_context(context)
-    monkeypatch.setattr(tracking, "_tracker", None)
-    yield channel
-    tracking.flush()
-    set_context(None)
-    tracking._tracker = None
+    yield from pose_as_worker(monkeypatch)
 
 
 def test_outside_a_launch_every_call_is_a_no_op():
