@@ -90,6 +90,8 @@ def _local_names(part: str) -> set[str]:
     base = ROOT / part
     names.update(p.stem for p in base.rglob("*.py"))
     names.update(p.name for p in base.rglob("*") if p.is_dir())
+    if part == "benchmarks":  # some reuse the tests' workloads
+        names.update(p.stem for p in (ROOT / "tests").rglob("*.py"))
     if part == "notebooks":
         for path in base.glob("*.ipynb"):
             names.update(re.findall(r"(\w+)\.py", path.read_text()))
