@@ -29,7 +29,9 @@ a worker of a CPU job of several processes gets ``ACCELERATE_USE_CPU=1`` (unless
 is already set), which is what makes Accelerate's ``Accelerator()`` (and ``transformers.Trainer``)
 join the job on a machine without accelerator instead of running one independent copy per
 process; a worker forgets the Accelerate state the launching process had created (it
-describes the kernel, a single process); a worker forked from a Jupyter kernel drops the
+describes the kernel, a single process); ``destroy_process_group`` waits a moment for gloo's
+threads first (see :mod:`notebook_launcher.integrations.teardown`); a worker forked from a
+Jupyter kernel drops the
 kernel's interactive prompt
 (``sys.ps1``), so that Lightning accepts ``strategy="ddp"`` there as it does in a script, and
 a ``Trainer`` there prints its logs as lines (as with ``disable_tqdm=True``) instead of its
@@ -45,7 +47,7 @@ import sys
 from typing import Any
 
 from ..state import mixing
-from . import hooks
+from . import hooks, teardown
 
 ENV_SWITCH = "NOTEBOOK_LAUNCHER_INTEGRATIONS"
 NAMES = ("transformers", "lightning", "accelerate")
@@ -122,6 +124,7 @@ def prepare_worker(context: Any) -> tuple[str, ...]:
     os.environ.update(cpu_job_environment(context.device, context.world_size))
     _run_as_a_script()
     _forget_the_kernels_accelerate_state()
+    hooks.when_imported("torch.distributed.distributed_c10d", teardown.install)
     hooks.when_imported("accelerate.state", _refuse_accelerate_beside_ours)
     if "transformers" in names:
         hooks.when_imported("transformers.trainer", _add_trainer_callback)

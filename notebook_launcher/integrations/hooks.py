@@ -3,7 +3,7 @@
 The integrations use these inside a launched worker only: a finder placed first on
 ``sys.meta_path`` answers for the few module names something waits for (and for no other), lets
 the usual finders locate the module, and runs the waiting callbacks right after the module's own
-code. The module keeps its own loader and spec. Wrapped methods keep the original as
+code. The module keeps its own loader and spec. Wrapped functions keep the original as
 ``__wrapped__`` and :func:`undo` puts every original back.
 """
 
@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import Any
 
 _pending: dict[str, list[Callable[[ModuleType], None]]] = {}
-_wrapped: list[tuple[type, str, Any]] = []
+_wrapped: list[tuple[Any, str, Any]] = []
 _lock = threading.RLock()
 
 
@@ -101,15 +101,20 @@ def when_imported(name: str, callback: Callable[[ModuleType], None]) -> None:
     _run(name, callback, module)
 
 
-def wrap_method(owner: type, name: str, make: Callable[[Any], Callable[..., Any]]) -> bool:
-    """Replace ``owner.name`` by ``make(original)``; False (and nothing done) if already wrapped."""
+def wrap_method(owner: Any, name: str, make: Callable[[Any], Callable[..., Any]]) -> bool:
+    """Replace ``owner.name`` (a class's method or a module's function) by ``make(original)``;
+    False (and nothing done) if already replaced."""
     original = owner.__dict__[name]
+    return replace(owner, name, functools.wraps(original)(make(original)))
+
+
+def replace(owner: Any, name: str, value: Any) -> bool:
+    """Set ``owner.name`` to ``value`` until :func:`undo`; False (nothing done) if already set."""
     with _lock:
-        if any(cls is owner and attr == name for cls, attr, _ in _wrapped):
+        if any(known is owner and attr == name for known, attr, _ in _wrapped):
             return False
-        replacement = functools.wraps(original)(make(original))
-        setattr(owner, name, replacement)
-        _wrapped.append((owner, name, original))
+        _wrapped.append((owner, name, owner.__dict__[name]))
+        setattr(owner, name, value)
     return True
 
 

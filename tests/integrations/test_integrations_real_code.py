@@ -321,3 +321,27 @@ def test_plain_ddp_is_one_job_with_its_metrics_in_the_panels():
     for rank in (0, 1):
         assert [x for x, _ in points(model, "loss", rank)] == list(range(steps))
     assert (model.ranks[0].done, model.ranks[0].total) == (steps, steps)
+
+
+def train_and_destroy_the_group() -> int:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(5):
+        model(torch.randn(4, 8)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    dist.destroy_process_group()  # as DDP tutorials and accelerator.end_training() do
+    return dist.is_initialized()  # the model is freed on return, with its reference to the group
+
+
+def test_destroying_the_group_right_after_a_backward_pass_does_not_hang():
+    # Without the worker's pause in destroy_process_group about one launch in four hangs here:
+    # the group's destructor waits, holding the GIL, for a gloo thread that needs the GIL.
+    for _ in range(8):
+        result = notebook_launcher(
+            train_and_destroy_the_group, num_processes=2, output="none", ui="none", timeout=30
+        )
+        assert result.values == [False, False]

@@ -137,6 +137,8 @@ def test_in_a_fresh_worker_the_libraries_imported_later_are_set_up():
         assert prepare_worker(context) == ("transformers", "lightning", "accelerate")
         assert os.environ["ACCELERATE_USE_CPU"] == "1"
         assert not hasattr(sys, "ps1")  # the worker runs the function as a script
+        import torch.distributed as dist
+        assert dist.destroy_process_group.__wrapped__ is not None  # waits for gloo's threads
         assert not any(m in sys.modules for m in ("transformers", "lightning", "accelerate"))
         from transformers import Trainer
         import transformers.trainer as trainer
