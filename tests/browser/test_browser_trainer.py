@@ -70,14 +70,12 @@ def test_trainer_metrics_and_progress_show_live(tmp_path):
             time.sleep(0.1)
         assert len(set(logged)) >= 3, f"the loss chart did not grow live: {sorted(set(logged))}"
         assert shot, "never saw both ranks running with a loss chart"
-        # every 2 steps, on both ranks
-        poll(page, LOGGED, 0, lambda n: n == STEPS, timeout=10)
-        row = page.evaluate(PROGRESS)
-        assert f"{STEPS}/{STEPS}" in row and "done" in row, row
-        charts = page.locator(".nl-metrics svg").evaluate_all(
-            "els => els.map(e => e.dataset.metric)"
-        )
-        assert {"loss", "grad_norm", "learning_rate"} <= set(charts), charts
+        # The run's end replaces the live widgets with the kept static panel: read that.
+        row = poll(page, PROGRESS, None, lambda r: r and f"{STEPS}/{STEPS}" in r, timeout=20)[-1]
+        assert "done" in row, row
+        kept = page.locator(".jp-Cell").nth(1).locator(".nl-panel").first.inner_html()
+        for metric in ("loss", "grad_norm", "learning_rate"):
+            assert metric in kept, f"{metric} missing from the kept panel"
         output = page.locator(".jp-Cell").nth(1).locator(".jp-OutputArea").inner_text()
         assert "[rank0] {'loss'" in output  # the Trainer's own log lines, printed by rank 0
 
