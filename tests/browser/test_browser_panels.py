@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from jupyterlab_helpers import KERNEL, STATES, notebook, poll, shoot
 
 pytestmark = pytest.mark.browser
 
@@ -49,60 +50,10 @@ CELLS = [
     "panel = LaunchPanel(train, args=(5000,), num_processes=2, max_processes=2)\npanel",
 ]
 
-STATES = """(i) => {
-    const table = document.querySelectorAll('.nl-status')[i];
-    if (!table) return null;
-    return Array.from(table.querySelectorAll('tr[data-rank]')).map(row => row.dataset.state);
-}"""
 LOGGED = """(i) => {
     const chart = document.querySelectorAll('.nl-metrics')[i]?.querySelector('[data-metric="loss"]');
     return chart ? Number(chart.dataset.logged) : 0;
 }"""
-KERNEL = """() => {
-    const widget = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-    const kernel = widget && widget.sessionContext && widget.sessionContext.session
-        && widget.sessionContext.session.kernel;
-    return kernel ? kernel.status : null;
-}"""
-
-
-def notebook(cells: list[str]) -> dict:
-    return {
-        "cells": [
-            {
-                "cell_type": "code",
-                "execution_count": None,
-                "metadata": {},
-                "outputs": [],
-                "source": source,
-            }
-            for source in cells
-        ],
-        "metadata": {
-            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}
-        },
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-
-
-def poll(page, script: str, arg, until, timeout: float, every: float = 0.1) -> list:
-    """Evaluate ``script`` until ``until(value)``; return every distinct value seen, in order."""
-    seen: list = []
-    deadline = time.monotonic() + timeout
-    while True:
-        value = page.evaluate(script, arg)
-        if not seen or seen[-1] != value:
-            seen.append(value)
-        if until(value):
-            return seen
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"gave up after {timeout} s; values seen: {seen[-5:]}")
-        time.sleep(every)
-
-
-def shoot(locator, name: str, shots: Path) -> None:
-    locator.screenshot(path=str(shots / name))
 
 
 @pytest.fixture
