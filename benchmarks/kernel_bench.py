@@ -59,7 +59,13 @@ class Kernel:
     def __init__(self) -> None:
         self.km = KernelManager(kernel_name="python3", kernel_spec_manager=_ThisPython())
         # The kernel's own start-up warnings would bury the tables; errors come back over IOPub.
-        self.km.start_kernel(env={**os.environ, "PYTHONPATH": HERE}, stderr=subprocess.DEVNULL)
+        self.km.start_kernel(
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(filter(None, (HERE, os.environ.get("PYTHONPATH")))),
+            },
+            stderr=subprocess.DEVNULL,
+        )
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)

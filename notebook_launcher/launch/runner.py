@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from ..protocol.context import WorkerContext
+from ..protocol.results import Received
 from ..protocol.spec import WorkerSpec
 from .errors import AttemptFailed
 from .launchers import LAUNCHERS, Launcher, WorkerHandle
@@ -75,7 +75,7 @@ def launch(
                     )
                     continue
                 raise failed.error from failed.error.__cause__
-            values = [pickle.loads(p) for p in payloads]
+            values = [received.load() for received in payloads]
             return LaunchResult(values, restarts=restart, duration=time.monotonic() - started)
     finally:
         with interrupts_deferred():
@@ -93,7 +93,7 @@ def _attempt(
     sink: OutputSink,
     listeners: tuple[Callable[[object], None], ...],
     stop: threading.Event | None = None,
-) -> list[bytes]:
+) -> list[Received]:
     # Joins the other nodes of a multi-node launch first; tells them if this attempt fails.
     with rendezvous.attempt(restart) as attempt:
         plan = attempt.plan  # a c10d rendezvous assigns this node's rank

@@ -11,7 +11,7 @@ from multiprocessing.connection import wait
 
 import psutil
 
-from ..protocol import names
+from ..protocol import names, results
 from ..protocol.channel import READ_CHUNK
 from ..protocol.events import (
     RankQuiet,
@@ -115,16 +115,17 @@ class Supervisor:
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    def run(self, deadline: float | None) -> list[bytes]:
-        """Supervise until every rank returned (their pickled results, in rank order) or raise."""
+    def run(self, deadline: float | None) -> list[results.Received]:
+        """Supervise until every rank returned (their results, in rank order) or raise."""
         while True:
             failed = [h for h in self.handles if h.status == "failed"]
             if failed:
                 error, failure = self._fail_fast()
                 raise AttemptFailed(error, failure.headline())
             if all(h.status == "finished" for h in self.handles):
+                values = [h.result for h in self.handles]
                 self._finish()
-                return [h.result for h in self.handles]
+                return values
             now = self.clock()
             if self.stop is not None and self.stop.is_set():
                 raise self._stopped()
@@ -204,7 +205,8 @@ class Supervisor:
         if isinstance(event, WorkerStarted):
             handle.status, handle.pid = "running", event.pid
         elif isinstance(event, WorkerFinished):
-            handle.status, handle.result = "finished", event.payload
+            # Mapped at once, so the files are gone before anything can remove them.
+            handle.status, handle.result = "finished", results.receive(event.payload)
             handle.finished_at = self.clock()
         elif isinstance(event, WorkerFailed):
             handle.status, handle.failed = "failed", event
@@ -460,6 +462,7 @@ class Supervisor:
         for handle in self.handles:
             handle.process.join(DRAIN_LIMIT)
             handle.exitcode = handle.process.exitcode
+            handle.result = None  # run() handed over the results; a failed run keeps none mapped
             handle.close()
         self._by_conn.clear()
         # Workers unlink their shared-memory exchange at once; one that died first cannot.

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import pickle
 import signal
 from dataclasses import dataclass, field
 
+from . import results
 from .events import WorkerFailed
 
 SECONDARY_MARKS = ("connection closed by peer", "connection reset", "broken pipe")
@@ -104,7 +104,7 @@ class WorkerFailure:
         if self.payload is None:
             return None
         try:
-            exc = pickle.loads(self.payload)
+            exc = results.receive(self.payload).load()
         except Exception:
             return None
         return exc if isinstance(exc, BaseException) else None

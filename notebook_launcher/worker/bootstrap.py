@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import faulthandler
 import os
-import pickle
 import sys
 import time
 from typing import Any
@@ -14,6 +13,7 @@ import cloudpickle
 import torch
 
 from ..integrations import prepare_worker as prepare_integrations
+from ..protocol import results
 from ..protocol.channel import EventChannel
 from ..protocol.context import WorkerContext, set_context
 from ..protocol.events import WorkerFailed, WorkerFinished, WorkerStarted
@@ -91,32 +91,18 @@ def set_up_process(spec: WorkerSpec) -> None:
     reset_state()
 
 
-def _dumps(value: Any) -> bytes:
-    """Pickle ``value`` for the kernel: by reference where the kernel can look it up, else by value.
-
-    Plain pickle first, so that a class or exception defined in the kernel's ``__main__`` (a
-    notebook cell) comes back as the kernel's own class under fork (``isinstance`` and ``except``
-    work); cloudpickle would send a copy of the class. Anything plain pickle refuses (lambdas,
-    local classes, classes cloudpickle rebuilt under spawn) goes by value with cloudpickle.
-    """
-    try:
-        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
-        return cloudpickle.dumps(value)
-
-
 def _failure(rank: int, exc: BaseException) -> WorkerFailed:
     try:
-        payload = _dumps(exc)
-        pickle.loads(payload)
+        payload = results.dumps(exc)
+        results.receive(payload).load()
     except Exception:
         payload = None
     return WorkerFailed.from_exception(rank, exc, payload)
 
 
-def _result_event(rank: int, value: Any) -> WorkerFinished:
+def _result_event(rank: int, value: Any, owner_pid: int) -> WorkerFinished:
     try:
-        payload = _dumps(to_cpu(value))
+        payload = results.dumps(to_cpu(value), owner_pid)
     except Exception as exc:
         raise TypeError(
             f"rank {rank} returned a value that cannot be pickled and sent back to the kernel: "
@@ -140,7 +126,7 @@ def call_function(spec: WorkerSpec, payload: Any, channel: EventChannel) -> int:
             if exc.code not in (None, 0):
                 raise
             value = None
-        event = _result_event(rank, value)
+        event = _result_event(rank, value, spec.parent_pid)
     except BaseException as exc:  # report everything, KeyboardInterrupt included
         _send_live()
         flush_streams()

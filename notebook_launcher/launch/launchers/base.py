@@ -11,6 +11,7 @@ import torch.multiprocessing as tmp
 
 from ...protocol.channel import LineSplitter
 from ...protocol.names import WORKER_ENTRY, entry_point
+from ...protocol.results import Received
 from ...protocol.spec import WorkerSpec
 from ..errors import WorkersNotStartedError
 from ..processes import kill_tree
@@ -27,7 +28,7 @@ class WorkerHandle:
     streams: dict[Any, LineSplitter]  # read end of each output pipe -> its line splitter
     status: str = "starting"  # starting, running, finished, failed, stopped
     pid: int | None = None
-    result: bytes | None = None
+    result: Received | None = None  # the rank's return value, once it returned
     failed: Any = None  # the WorkerFailed event, if one arrived
     exitcode: int | None = None
     started_at: float = 0.0
