@@ -6,7 +6,9 @@ to the one shown is never sent. Works with ipywidgets 7 and 8 (core widgets only
 
 When the run ends the widgets leave the cell and a static copy of the final panel (HTML and
 inline SVG, a line of text) takes their place, so a saved notebook, its HTML export and any
-viewer show the final state without a kernel, a widget library or a network connection.
+viewer show the final state without a kernel, a widget library or a network connection. A
+blocking launch creates its widgets only once it has run for ``SHOW_AFTER`` seconds, so a quick
+run costs no widget traffic and leaves the same final panel.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ BACKGROUND_LOG_LINES = 20  # worker lines kept under a background run's panel
 
 STATUS_EVERY = 0.2  # seconds between redraws of the status table (5 Hz)
 CHARTS_EVERY = 1.0  # seconds between redraws of the charts (1 Hz)
+# A blocking launch puts its widgets on screen once it is this old: a shorter run (a quick check,
+# a relaunch in a loop) pays for no widget at all and shows its final panel only.
+SHOW_AFTER = 0.3
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
@@ -79,27 +84,35 @@ class WidgetView(View):
 
     def __init__(self, model: RunModel, log_lines: int = 0, in_place: bool = False) -> None:
         super().__init__(model)
-        import ipywidgets as widgets  # only once widgets are drawn: optional outside Jupyter
-
         self.in_place = in_place
         self.display_id: str | None = None  # set once the widgets are displayed
-
-        now = model.clock()
-        self.status = widgets.HTML(value=status_html(model, now))
-        self.charts = widgets.HTML(value="")
-        children = [self.status, self.charts]
+        self._show_at: float | None = None  # a deferred show(): when the widgets go on screen
+        self._widgets: Any = None
         self.log: LogTail | None = None
-        self.log_widget = None
         if log_lines:
             self.log = LogTail(log_lines)
-            self.log_widget = widgets.HTML(value="")
-            children.append(self.log_widget)
             self.streams = (self.log, self.log)
-        self.widget = widgets.VBox(children)
-        self._next_status = now + STATUS_EVERY
-        self._next_charts = now
+        self._next_status = self._next_charts = model.clock()
         self._charts_drawn = 0
         self._log_drawn = 0
+
+    @property
+    def widget(self) -> Any:
+        """The panel's ``VBox`` (the widgets are created on first use)."""
+        if self._widgets is None:
+            self._build()
+        return self._widgets
+
+    def _build(self) -> None:
+        import ipywidgets as widgets  # only once widgets are drawn: optional outside Jupyter
+
+        now = self.model.clock()
+        self.status = widgets.HTML(value=status_html(self.model, now))
+        self.charts = widgets.HTML(value="")
+        self.log_widget = widgets.HTML(value="") if self.log is not None else None
+        children = [w for w in (self.status, self.charts, self.log_widget) if w is not None]
+        self._widgets = widgets.VBox(children)
+        self._next_status = now + STATUS_EVERY
 
     @classmethod
     def for_launch(cls, model: RunModel, background: bool = False) -> WidgetView:
@@ -109,14 +122,28 @@ class WidgetView(View):
         return cls(model, log_lines=lines, in_place=background)
 
     def show(self) -> None:
+        """Put the widgets in the current cell: at once for a background run (its cell may end
+        any moment), else once the run is :data:`SHOW_AFTER` seconds old. A shorter run creates
+        no widget at all: its final panel is the first thing drawn."""
         if not in_kernel():  # no frontend to show widgets to
             return
+        if self.in_place:
+            self._display()
+        else:
+            self._show_at = self.model.started + SHOW_AFTER
+
+    def _display(self) -> None:
         from IPython.display import display
 
+        self._show_at = None
         self.display_id = f"notebook_launcher-{uuid.uuid4().hex}"
         display(widget_bundle(self.widget), raw=True, display_id=self.display_id)
 
     def refresh(self, now: float) -> None:
+        if self._show_at is not None and now >= self._show_at:
+            self._display()
+        if self._widgets is None:
+            return
         if now >= self._next_status:
             self._next_status = now + STATUS_EVERY
             self.status.value = status_html(self.model, now)
@@ -136,14 +163,20 @@ class WidgetView(View):
         return RunPanel(self.model, self.log.lines if self.log is not None else ())
 
     def final(self) -> None:
+        from IPython.display import display, update_display
+
+        if self._show_at is not None:  # ended before its widgets were due: the final panel only
+            self._show_at = None
+            display(self.final_panel()._repr_mimebundle_(), raw=True)
+            return
         if self.display_id is None:  # not in a cell (the config panel shows it): draw it there
+            if self._widgets is None:
+                return
             now = self.model.clock()
             self.status.value = status_html(self.model, now)
             self.charts.value = metrics_html(self.model)
             self._draw_log()
             return
-        from IPython.display import display, update_display
-
         bundle = self.final_panel()._repr_mimebundle_()
         if self.in_place:
             update_display(bundle, raw=True, display_id=self.display_id)
@@ -156,6 +189,8 @@ class WidgetView(View):
 
     def close(self) -> None:
         """Close the widgets (their models in the kernel and the frontend)."""
-        for widget in (self.widget, self.status, self.charts, self.log_widget):
+        if self._widgets is None:
+            return
+        for widget in (self._widgets, self.status, self.charts, self.log_widget):
             if widget is not None:
                 widget.close()

@@ -50,6 +50,21 @@ CELLS = [
     "panel = LaunchPanel(train, args=(5000,), num_processes=2, max_processes=2)\npanel",
 ]
 
+STALLS = """\
+def stalls(steps):
+    rank = int(os.environ["RANK"])
+    for step in progress(range(steps), desc="epoch 1", rank_zero_only=False):
+        log({"loss": 1.0 / (step + 1)}, step=step)
+        if rank == 1 and step == 10:
+            time.sleep(8)  # no output, no CPU, nothing logged: quiet
+        time.sleep(0.04)
+    return rank
+"""
+NOTICE = """(i) => {
+    const table = document.querySelectorAll('.nl-status')[i];
+    return table?.querySelector('tr[data-rank="1"] .nl-notice')?.textContent ?? null;
+}"""
+
 LOGGED = """(i) => {
     const chart = document.querySelectorAll('.nl-metrics')[i]?.querySelector('[data-metric="loss"]');
     return chart ? Number(chart.dataset.logged) : 0;
@@ -100,6 +115,29 @@ def run_all(page) -> None:
 def test_panels_update_live_show_failures_and_the_buttons_launch_and_stop(tmp_path, shots):
     with lab_with(tmp_path, CELLS) as (_, page):
         live_failed_and_config_panel(page, shots)
+
+
+def test_a_quiet_rank_is_named_in_the_panel_and_the_cell_while_the_run_goes_on(tmp_path, shots):
+    cells = [
+        SETUP + STALLS,
+        "notebook_launcher(stalls, args=(40,), num_processes=2, stall_notice=2)",
+    ]
+    with lab_with(tmp_path, cells) as (_, page):
+        run_all(page)
+        poll(page, NOTICE, 0, lambda text: text and "no sign of life" in text, timeout=60)
+        notice = page.evaluate(NOTICE, 0)
+        assert notice.startswith("no sign of life for 2 s — in stalls (")
+        assert page.evaluate(STATES, 0)[1] == "running"  # named, not stopped
+        output = page.locator(".jp-Cell").nth(1).locator(".jp-OutputArea")
+        stderr = output.locator('[data-mime-type="application/vnd.jupyter.stderr"]')
+        stderr.first.wait_for(timeout=10_000)
+        said = stderr.first.inner_text()
+        assert "rank 1 has shown no sign of life (no output, no events, no CPU use) for 2 s" in said
+        assert "nothing was stopped (stall_timeout=900 s stops the run)" in said
+        assert "rank 1 was in stalls (" in said
+        shoot(output, "stall-notice.png", shots)
+        # Its next step is a sign of life: the notice goes and the run ends normally.
+        poll(page, STATES, 0, lambda states: states == ["finished", "finished"], timeout=60)
 
 
 def live_failed_and_config_panel(page, shots: Path) -> None:
@@ -230,14 +268,16 @@ def test_a_saved_notebook_shows_its_final_panels_after_the_kernel_is_gone(tmp_pa
         assert "notebook_launcher/" not in error and "Raised where the launch was called" in error
         shoot(cells.nth(1), "reopened.png", shots)
         shoot(failed, "error.png", shots)
-    # What was saved: per launch an emptied widget output and the static copy, nothing else.
+    # What was saved: per launch the static copy, nothing else (a launch that lasted long enough
+    # to show its widgets leaves their emptied output before it).
     kept = [
         output["data"]
         for cell in saved["cells"]
         for output in cell["outputs"]
         if output["output_type"] == "display_data"
     ]
-    assert [sorted(data) for data in kept] == [[], ["text/html", "text/plain"]] * 2
+    assert [sorted(data) for data in kept if data] == [["text/html", "text/plain"]] * 2
+    assert kept[0] == {}  # the training run showed live widgets
 
 
 EXPORTED = [

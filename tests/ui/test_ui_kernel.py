@@ -124,6 +124,23 @@ def test_ui_none_and_console_send_no_widgets(kernel):
         assert cell.stream("stderr") == ""  # a successful run's status is no error
 
 
+def test_a_launch_that_ends_before_its_widgets_are_due_sends_only_its_final_panel(kernel):
+    kernel.execute(TRAIN, timeout=30)
+    # The widgets of a blocking launch are due after SHOW_AFTER seconds; made long here so this
+    # run (a few steps) surely ends first, whatever the machine's load.
+    kernel.execute("import notebook_launcher.ui.widgets as _w; _w.SHOW_AFTER = 120.0", 30)
+    cell = kernel.execute("notebook_launcher(train, args=(5,), num_processes=2)", 90)
+    kernel.execute("_w.SHOW_AFTER = 0.3", 30)
+
+    assert cell.error() is None, cell.output()
+    assert not cell.of_type("comm_open") and not cell.of_type("update_display_data")
+    (kept,) = cell.of_type("display_data")
+    static = kept["content"]["data"]
+    assert sorted(static) == ["text/html", "text/plain"]
+    assert static["text/plain"].startswith("notebook_launcher: 2 ranks: 2 finished")
+    assert static["text/html"].count('data-state="finished"') == 2
+
+
 def collect_until_idle(kc, msg_id: str, timeout: float) -> list[dict]:
     """Every IOPub message (of any cell) until the cell ``msg_id`` is idle."""
     messages = []

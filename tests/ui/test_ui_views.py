@@ -108,6 +108,7 @@ def test_widget_view_keeps_widget_traffic_low_under_a_flood_of_events(clock, com
     """8 ranks x 1000 metrics/s for 20 s: status at <= 5 Hz, charts at <= 1 Hz."""
     model = RunModel(8, clock=clock)
     view = WidgetView(model)
+    view.widget  # noqa: B018 (creates the widgets, as placing them in the config panel does)
     comms.clear()
     for rank in range(8):
         view(WorkerStarted(rank, rank, 0.0))
@@ -135,6 +136,7 @@ def test_widget_view_keeps_widget_traffic_low_under_a_flood_of_events(clock, com
 def test_a_quiet_run_costs_one_message_a_second(clock, comms):
     model = run_model(clock)
     view = WidgetView(model)
+    view.widget  # noqa: B018 (creates the widgets, as placing them in the config panel does)
     comms.clear()
     for _ in range(40):  # 10 s of ticks at 4 Hz, nothing new from the ranks
         clock.advance(0.25)
@@ -144,6 +146,7 @@ def test_a_quiet_run_costs_one_message_a_second(clock, comms):
 
 def test_widget_view_of_a_background_run_keeps_a_bounded_escaped_log_tail(clock, comms):
     view = WidgetView(RunModel(1, clock=clock), log_lines=3)
+    view.widget  # noqa: B018 (creates the widgets, as placing them in the config panel does)
     stdout, stderr = view.streams
     for i in range(10):
         stdout.write(f"[rank0] line {i} {HOSTILE}\n")
@@ -152,6 +155,17 @@ def test_widget_view_of_a_background_run_keeps_a_bounded_escaped_log_tail(clock,
     shown = view.log_widget.value
     assert "line 6" not in shown and "line 7" in shown and "line 9" in shown
     assert "<script>" not in shown
+
+
+def test_a_widget_view_creates_no_widget_until_it_is_placed(clock, comms):
+    model = run_model(clock)
+    view = WidgetView(model)
+    clock.advance(5)
+    view(SupervisorTick(clock.now, ((0, clock.now), (1, clock.now))))
+    assert comms.messages == []
+    box = view.widget
+    assert box.children == (view.status, view.charts)
+    assert 'data-state="running"' in view.status.value  # drawn from the model as it is now
 
 
 def test_widget_bundle_is_a_bare_widget_view(comms):
