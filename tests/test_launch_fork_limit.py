@@ -1,7 +1,8 @@
 """A fork the OS refuses part-way through start-up: a clear error, and no worker left running.
 
-The launch runs in a child interpreter placed in a pids cgroup (cgroup v1, as root) whose limit
-lets only some of the four workers start.
+The launch runs in a child interpreter whose process limit lets only some of the four workers
+start: a pids cgroup (cgroup v1, as root) where the machine has one, and in every case
+``RLIMIT_NPROC`` (``ulimit -u``; root, whom it does not bind, first becomes ``nobody``).
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ import subprocess
 import sys
 import textwrap
 import uuid
-
-import pytest
 
 PIDS_ROOT = "/sys/fs/cgroup/pids"
 
@@ -25,12 +24,31 @@ SCRIPT = textwrap.dedent(
     def idle():
         time.sleep(5)
 
-    group = sys.argv[1]
-    with open(os.path.join(group, "cgroup.procs"), "w") as f:
-        f.write(str(os.getpid()))
-    used = int(open(os.path.join(group, "pids.current")).read())
-    with open(os.path.join(group, "pids.max"), "w") as f:
-        f.write(str(used + 1))
+    # One launch first imports what launching needs (``nobody`` may not read this installation).
+    notebook_launcher(time.sleep, args=(0,), num_processes=2, ui="none", output="none")
+
+    def in_pids_cgroup(group):
+        with open(os.path.join(group, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+        used = int(open(os.path.join(group, "pids.current")).read())
+        with open(os.path.join(group, "pids.max"), "w") as f:
+            f.write(str(used + 1))
+
+    def under_rlimit_nproc():
+        import resource
+        if os.geteuid() == 0:  # the limit does not bind root
+            os.setgid(65534)
+            os.setuid(65534)
+        uid = os.getuid()
+        # Linux counts every thread of the user's processes against the limit.
+        used = sum(p.info["num_threads"] for p in psutil.process_iter(["uids", "num_threads"])
+                   if p.info["uids"] is not None and p.info["uids"].real == uid)
+        resource.setrlimit(resource.RLIMIT_NPROC, (used + 1, used + 1))
+
+    if sys.argv[1] == "rlimit-nproc":
+        under_rlimit_nproc()
+    else:
+        in_pids_cgroup(sys.argv[1])
     try:
         notebook_launcher(idle, num_processes=4, ui="none", output="none", timeout=60)
     except WorkersNotStartedError as error:
@@ -49,28 +67,40 @@ def _pids_cgroup_usable() -> bool:
     return os.geteuid() == 0 and os.access(PIDS_ROOT, os.W_OK)
 
 
-@pytest.mark.skipif(not _pids_cgroup_usable(), reason="needs root and a cgroup v1 pids controller")
-def test_a_fork_refused_part_way_stops_the_started_workers():
-    group = os.path.join(PIDS_ROOT, f"notebook_launcher_test_{uuid.uuid4().hex[:8]}")
-    os.mkdir(group)
-    try:
-        run = subprocess.run(
-            [sys.executable, "-c", SCRIPT, group],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    finally:
-        os.rmdir(group)  # empty again: the child and its workers are gone
-
+def _launch_under_limit(limit: str) -> str:
+    """Run the script under ``limit`` (a cgroup path or "rlimit-nproc"); its output."""
+    run = subprocess.run(
+        [sys.executable, "-c", SCRIPT, limit], capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 0, run.stderr[-3000:]
-    first, _, message = run.stdout.partition("\n")
+    return run.stdout + run.stderr[-3000:]
+
+
+def _check_refusal(output: str) -> None:
+    first, _, message = output.partition("\n")
     words = first.split()
-    assert words[0] == "STARTED", run.stdout + run.stderr[-3000:]
+    assert words[0] == "STARTED", output
     started, requested, left = int(words[1]), int(words[2]), int(words[4])
-    print(first)  # how many started before the refusal: 2 here (the third fork failed)
+    print(first)  # how many started before the refusal
     assert requested == 4 and 1 <= started < 4
     assert left == 0
     assert f"the OS refused to start worker process {started + 1} of 4" in message
     assert f"{started} of 4 workers had started and were stopped" in message
-    assert "pids.max" in message
+    assert "pids.max" in message and "ulimit -u" in message
+
+
+def test_a_fork_refused_part_way_stops_the_started_workers():
+    if not _pids_cgroup_usable():  # no cgroup of our own here: the user process limit
+        _check_refusal(_launch_under_limit("rlimit-nproc"))
+        return
+    group = os.path.join(PIDS_ROOT, f"notebook_launcher_test_{uuid.uuid4().hex[:8]}")
+    os.mkdir(group)
+    try:
+        output = _launch_under_limit(group)
+    finally:
+        os.rmdir(group)  # empty again: the child and its workers are gone
+    _check_refusal(output)
+
+
+def test_a_fork_refused_by_the_user_process_limit_stops_the_started_workers():
+    _check_refusal(_launch_under_limit("rlimit-nproc"))

@@ -6,7 +6,9 @@ finished collective only once it holds the GIL. If the main thread destroys the 
 those few milliseconds (``destroy_process_group()`` or ``accelerator.end_training()`` at the end
 of training, then the model freed when the function returns), the group's destructor waits for
 that thread while holding the GIL: the worker hangs until the stall timeout. In a launched
-worker, ``destroy_process_group`` first lets those threads run for a moment.
+worker that built a ``DistributedDataParallel`` model, ``destroy_process_group`` first lets those
+threads run for a moment (one that never did, which starts no collective from autograd, pays
+nothing).
 """
 
 from __future__ import annotations
@@ -17,15 +19,17 @@ from typing import Any
 from . import hooks
 
 SETTLE = 0.01  # seconds the main thread leaves the GIL to gloo's threads before destroying
+_ddp_built = False  # whether this worker built a DistributedDataParallel model
 
 
 def install(module: Any) -> None:
-    """Make ``module.destroy_process_group`` (``torch.distributed.distributed_c10d``) settle first,
-    and ``torch.distributed.destroy_process_group`` with it."""
+    """Make ``module.destroy_process_group`` (``torch.distributed.distributed_c10d``) settle first
+    once DDP was used, and ``torch.distributed.destroy_process_group`` with it."""
 
     def make(original: Any) -> Any:
         def destroy_process_group(group: Any = None) -> None:
-            time.sleep(SETTLE)  # sleeping releases the GIL
+            if _ddp_built:
+                time.sleep(SETTLE)  # sleeping releases the GIL
             original(group)
 
         return destroy_process_group
@@ -36,3 +40,18 @@ def install(module: Any) -> None:
 
     if dist.__dict__.get("destroy_process_group") is module.destroy_process_group.__wrapped__:
         hooks.replace(dist, "destroy_process_group", module.destroy_process_group)
+    hooks.when_imported("torch.nn.parallel.distributed", _watch_ddp)
+
+
+def _watch_ddp(module: Any) -> None:
+    """Note when the worker builds a ``DistributedDataParallel`` model (subclasses included)."""
+
+    def make(original: Any) -> Any:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            global _ddp_built
+            _ddp_built = True
+            original(self, *args, **kwargs)
+
+        return __init__
+
+    hooks.wrap_method(module.DistributedDataParallel, "__init__", make)

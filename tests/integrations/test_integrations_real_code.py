@@ -334,7 +334,10 @@ def train_and_destroy_the_group() -> int:
         optimizer.step()
         optimizer.zero_grad()
     dist.destroy_process_group()  # as DDP tutorials and accelerator.end_training() do
-    return dist.is_initialized()  # the model is freed on return, with its reference to the group
+    from notebook_launcher.integrations import teardown
+
+    # The model is freed on return, with its reference to the group.
+    return dist.is_initialized(), teardown._ddp_built  # built a DDP model: destroying waited
 
 
 def test_destroying_the_group_right_after_a_backward_pass_does_not_hang():
@@ -344,4 +347,4 @@ def test_destroying_the_group_right_after_a_backward_pass_does_not_hang():
         result = notebook_launcher(
             train_and_destroy_the_group, num_processes=2, output="none", ui="none", timeout=30
         )
-        assert result.values == [False, False]
+        assert result.values == [(False, True), (False, True)]
