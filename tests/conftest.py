@@ -4,6 +4,7 @@ file behind."""
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 import time
 
@@ -12,6 +13,14 @@ import pytest
 from processtree import live_descendants
 
 from notebook_launcher.protocol import names
+
+
+def pytest_configure(config):
+    # A run started in the background of a non-interactive shell (`./dev test &`) inherits SIGINT
+    # ignored, and Python then installs no KeyboardInterrupt handler. A Jupyter kernel always has
+    # one, and the interrupt tests send SIGINT as a notebook's stop button does: give it back.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True, scope="session")

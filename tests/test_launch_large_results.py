@@ -130,3 +130,18 @@ def test_files_of_a_rank_that_died_before_sending_its_result_are_removed():
         launch(written_then_dead, num_processes=2, ui="none")
     assert names.leftover_files(os.getpid()) == []
     assert result_mappings() == []
+
+
+def add_one_in_place(tensor, array):
+    tensor.add_(1)
+    array += 1
+    return float(tensor[0]), float(array[0])
+
+
+def test_a_returned_value_passed_to_a_later_fork_launch_stays_the_kernels_own():
+    (value,) = launch(lambda: {"t": torch.zeros(MB), "a": np.zeros(MB // 8)}, num_processes=1)
+    tensor, array = value["t"], value["a"]
+    array[1] = 5  # the kernel may write into what it got back
+    seen = launch(add_one_in_place, args=(tensor, array), num_processes=2, ui="none")
+    assert seen.values == [(1.0, 1.0), (1.0, 1.0)]  # each worker changed its own copy
+    assert float(tensor.abs().sum()) == 0.0 and array[0] == 0 and array[1] == 5

@@ -182,11 +182,13 @@ def receive(payload: bytes) -> Received:
     as_buffer = set(envelope.buffers)
     try:
         for index, (path, size) in enumerate(envelope.files):
-            with open(path, "r+b") as file:  # FileNotFoundError rather than a new empty file
+            # Private (copy-on-write) mappings: the value behaves as the kernel's own memory, so
+            # a worker forked later that writes into it changes its copy only.
+            with open(path, "rb") as file:  # FileNotFoundError rather than a new empty file
                 if index in as_buffer:
-                    received.maps.append(mmap.mmap(file.fileno(), size))
+                    received.maps.append(mmap.mmap(file.fileno(), size, access=mmap.ACCESS_COPY))
                 else:
-                    received.maps.append(torch.UntypedStorage.from_file(path, True, size))
+                    received.maps.append(torch.UntypedStorage.from_file(path, False, size))
     finally:
         for path, _ in envelope.files:
             names.remove(path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...utils.openmp import release_thread_pools
 from .. import warmup
 from .base import Launcher
 
@@ -12,3 +13,6 @@ class ForkLauncher(Launcher):
     def prepare(self) -> None:
         # Imported once here so that forked workers do not each import them on first use.
         warmup.finish()
+        # A worker forked from a thread that owns an OpenMP pool would hang at its first
+        # parallel region (see utils/openmp.py).
+        release_thread_pools()

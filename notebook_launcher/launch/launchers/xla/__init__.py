@@ -16,6 +16,7 @@ import torch.multiprocessing as tmp
 from ....protocol.channel import LineSplitter
 from ....protocol.names import XLA_HELPER_ENTRY, entry_point
 from ....protocol.spec import ReplicaGroup, ReplicaPipes, WorkerSpec
+from ....utils.openmp import release_thread_pools
 from ....utils.validation import invalid
 from ..base import Launcher, WorkerHandle
 from .helper import Helper, ProcessLineSplitter, ReplicaProcess
@@ -39,6 +40,9 @@ class XlaLauncher(Launcher):
 
     def __init__(self) -> None:
         self.context = tmp.get_context("fork")  # the helper is forked; xmp forks the replicas
+
+    def prepare(self) -> None:
+        release_thread_pools()  # the replicas are forked from a fork of this thread
 
     @classmethod
     def check_group(cls, num_processes: int, num_nodes: int, devices: int) -> None:
