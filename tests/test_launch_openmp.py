@@ -70,3 +70,24 @@ def test_releasing_the_pool_joins_its_threads_and_the_next_region_starts_new_one
         kernel_parallel_work()
     finally:
         torch.set_num_threads(threads)
+
+
+def test_a_background_launch_after_openmp_work_in_the_kernel_runs_it_in_parallel():
+    from notebook_launcher import launch_in_background
+
+    threads = torch.get_num_threads()
+    try:
+        kernel_parallel_work()  # the main thread's pool; the launch forks from another thread
+        handle = launch_in_background(
+            large_parallel_operation,
+            num_processes=1,
+            threads_per_process=2,
+            ui="none",
+            stall_timeout=20,
+            timeout=60,
+        )
+        value, _ = handle.wait(timeout=90).main
+        assert value == 3.0 * 8 * MB
+        kernel_parallel_work()
+    finally:
+        torch.set_num_threads(threads)
