@@ -16,6 +16,8 @@ from notebook_launcher import notebook_launcher
 from notebook_launcher.utils.openmp import openmp_runtimes, release_thread_pools
 
 MB = 1 << 20
+# One worker with two threads; the stall timeout makes a regression fail instead of hanging.
+TWO_THREADS = dict(num_processes=1, threads_per_process=2, ui="none", stall_timeout=20, timeout=60)
 
 
 def kernel_parallel_work() -> None:
@@ -40,15 +42,7 @@ def test_a_worker_forked_after_the_kernel_ran_openmp_runs_it_in_parallel():
     threads = torch.get_num_threads()
     try:
         kernel_parallel_work()
-        # Stall timeout: a regression fails in seconds instead of hanging the suite.
-        result = notebook_launcher(
-            large_parallel_operation,
-            num_processes=1,
-            threads_per_process=2,
-            ui="none",
-            stall_timeout=20,
-            timeout=60,
-        )
+        result = notebook_launcher(large_parallel_operation, **TWO_THREADS)
         value, worker_threads = result.main
         assert value == 3.0 * 8 * MB
         assert worker_threads >= 2  # the worker started a pool of its own
@@ -78,14 +72,7 @@ def test_a_background_launch_after_openmp_work_in_the_kernel_runs_it_in_parallel
     threads = torch.get_num_threads()
     try:
         kernel_parallel_work()  # the main thread's pool; the launch forks from another thread
-        handle = launch_in_background(
-            large_parallel_operation,
-            num_processes=1,
-            threads_per_process=2,
-            ui="none",
-            stall_timeout=20,
-            timeout=60,
-        )
+        handle = launch_in_background(large_parallel_operation, **TWO_THREADS)
         value, _ = handle.wait(timeout=90).main
         assert value == 3.0 * 8 * MB
         kernel_parallel_work()
