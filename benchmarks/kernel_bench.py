@@ -93,8 +93,9 @@ class Kernel:
 
     def close(self) -> None:
         """Shut the kernel down with every process it started (a hung launch leaves workers)."""
+        process = getattr(self.km.provisioner, "process", None)  # None once the kernel died
         try:
-            children = psutil.Process(self.km.provisioner.process.pid).children(recursive=True)
+            children = psutil.Process(process.pid).children(recursive=True) if process else []
         except psutil.Error:
             children = []
         self.kc.stop_channels()
