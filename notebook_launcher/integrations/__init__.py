@@ -35,7 +35,9 @@ Jupyter kernel drops the
 kernel's interactive prompt
 (``sys.ps1``), so that Lightning accepts ``strategy="ddp"`` there as it does in a script, and
 a ``Trainer`` there prints its logs as lines (as with ``disable_tqdm=True``) instead of its
-notebook display, which ipykernel drops when a forked process sends it; and one
+notebook display, which ipykernel drops when a forked process sends it, and tqdm's notebook bars
+(``tqdm.auto``) become text bars whose count the status panel shows (see
+:mod:`notebook_launcher.integrations.tqdm`); and one
 process may not create both notebook_launcher's ``Accelerator`` and Accelerate's (see
 :mod:`notebook_launcher.state.mixing`).
 """
@@ -47,7 +49,7 @@ import sys
 from typing import Any
 
 from ..state import mixing
-from . import hooks, teardown
+from . import hooks, teardown, tqdm
 
 ENV_SWITCH = "NOTEBOOK_LAUNCHER_INTEGRATIONS"
 NAMES = ("transformers", "lightning", "accelerate")
@@ -125,6 +127,7 @@ def prepare_worker(context: Any) -> tuple[str, ...]:
     _run_as_a_script()
     _forget_the_kernels_accelerate_state()
     hooks.when_imported("torch.distributed.distributed_c10d", teardown.install)
+    hooks.when_imported("tqdm.notebook", tqdm.text_bars)
     hooks.when_imported("accelerate.state", _refuse_accelerate_beside_ours)
     if "transformers" in names:
         hooks.when_imported("transformers.trainer", _add_trainer_callback)

@@ -108,12 +108,15 @@ def wrap_method(owner: Any, name: str, make: Callable[[Any], Callable[..., Any]]
     return replace(owner, name, functools.wraps(original)(make(original)))
 
 
+_ABSENT = object()  # what an owner that did not define the name itself had (undo deletes it)
+
+
 def replace(owner: Any, name: str, value: Any) -> bool:
     """Set ``owner.name`` to ``value`` until :func:`undo`; False (nothing done) if already set."""
     with _lock:
         if any(known is owner and attr == name for known, attr, _ in _wrapped):
             return False
-        _wrapped.append((owner, name, owner.__dict__[name]))
+        _wrapped.append((owner, name, owner.__dict__.get(name, _ABSENT)))
         setattr(owner, name, value)
     return True
 
@@ -126,4 +129,7 @@ def undo() -> None:
             sys.meta_path.remove(_finder)
         while _wrapped:
             owner, name, original = _wrapped.pop()
-            setattr(owner, name, original)
+            if original is _ABSENT:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)

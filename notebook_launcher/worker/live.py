@@ -328,6 +328,16 @@ class Progress:
         return f"Progress({self.desc or ''!s}{': ' if self.desc else ''}{self.n}/{total})"
 
 
+def show_progress(source: Any) -> None:
+    """Show ``source`` (an object with ``snapshot()`` and ``closed``, as :class:`Progress`) in
+    this rank's progress column, in place of any bar shown before; nothing outside a worker."""
+    tracker = _tracker
+    if tracker is None:
+        tracker = _start()
+    if isinstance(tracker, _Tracker):
+        tracker.progress = source
+
+
 def progress(
     iterable: Iterable | None = None,
     total: int | None = None,

@@ -118,6 +118,16 @@ def test_wrapped_methods_are_put_back_and_a_failing_callback_only_warns(probe_pa
     hooks.undo()
     assert core.Thing.__init__ is original and core.Thing().n == 1
     assert hooks._finder not in sys.meta_path
+
+
+def test_an_attribute_a_class_only_inherits_is_removed_again_on_undo(probe_package):
+    core = importlib.import_module(probe_package)
+    special = type("Special", (core.Thing,), {})
+
+    assert hooks.replace(special, "__init__", lambda self: setattr(self, "n", 5))
+    assert special().n == 5 and core.Thing().n == 1
+    hooks.undo()
+    assert "__init__" not in vars(special) and special().n == 1  # inherits again
     with pytest.raises(TypeError, match="callback=3 is not valid"):
         hooks.when_imported(probe_package, 3)
 

@@ -82,3 +82,33 @@ def test_output_through_kernel_stream_objects_kept_from_before_the_launch_is_lab
     for name, lines in expected.items():
         shown = cell.stream(name).splitlines()
         assert sorted(shown) == sorted(lines), f"{name}: {shown}"
+
+
+TQDM = r"""
+import time
+from tqdm.auto import tqdm  # in a kernel: tqdm's notebook bar, an ipywidget
+from notebook_launcher import notebook_launcher
+
+def bars():
+    bar = tqdm(range(30), desc="epoch 1")
+    for _ in bar:
+        time.sleep(0.02)
+    return type(bar).__module__
+
+result = notebook_launcher(bars, num_processes=2)
+print(result.values, result.panel.model.ranks[0].done, result.panel.model.ranks[0].total)
+"""
+
+
+def test_tqdm_auto_bars_in_the_workers_reach_the_cell_and_the_status_panel(kernel):
+    cell = kernel.execute(TQDM, timeout=60)
+
+    assert cell.error() is None, cell.output()
+    # A forked process's widgets would be dropped: each rank's bar comes back as text, its last
+    # state once it closed, labelled like any other line.
+    err = cell.stream("stderr").splitlines()
+    for rank in (0, 1):
+        (line,) = [x for x in err if x.startswith(f"[rank{rank}] epoch 1: 100%")]
+        assert "30/30" in line
+    # And its count filled the rank's progress column of the status panel.
+    assert cell.stream("stdout").splitlines()[-1] == "['tqdm.std', 'tqdm.std'] 30 30"
