@@ -6,8 +6,9 @@ shared-memory file, and the kernel maps that file as the memory of the tensor or
 back. The kernel never holds a second copy: no pickled bytes of the data, no copy out of them.
 
 The files are named after the kernel (see :mod:`.names`), so the kernel removes those it never
-received when the launch ends. The kernel unlinks each one as soon as it is mapped; the memory
-is released when the last tensor or array using it is freed.
+received when the launch ends. The kernel maps each one privately (copy-on-write, so the value
+behaves as its own memory, in later forks too) and unlinks it at once; the memory is released
+when the last tensor or array using it is freed.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 from . import names
 
 MIN_SHARED_BYTES = 1 << 20  # smaller pieces travel inside the pickle
-_STORAGE, _BUFFER = "storage", "buffer"
+_STORAGE = "storage"  # the kind of persistent id a shared storage is pickled as
 
 
 class _Writer:
