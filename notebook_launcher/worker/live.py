@@ -128,6 +128,12 @@ def _start() -> _Tracker | _Off | None:
         return _tracker
 
 
+def _active() -> _Tracker | None:
+    """This worker's tracker (started on first use); None outside a worker or where it is off."""
+    tracker = _tracker if _tracker is not None else _start()
+    return tracker if isinstance(tracker, _Tracker) else None
+
+
 def _forked_child() -> None:
     # A process a worker forks (DataLoader workers) shares the worker's pipe to the kernel; its
     # writes would corrupt the worker's messages, so it never sends.
@@ -227,10 +233,8 @@ def set_status(text: str) -> None:
     """
     if not isinstance(text, str):
         raise TypeError(f"text={short_repr(text)} is not valid: expected a str")
-    tracker = _tracker
-    if tracker is None:
-        tracker = _start()
-    if isinstance(tracker, _Tracker):
+    tracker = _active()
+    if tracker is not None:
         tracker.status = text[:MAX_STATUS]
 
 
@@ -275,10 +279,8 @@ class Progress:
         self.closed = False
         self._started = time.monotonic()
         self._ended: float | None = None
-        tracker = _tracker
-        if tracker is None:
-            tracker = _start()
-        if isinstance(tracker, _Tracker) and (not rank_zero_only or tracker.rank == 0):
+        tracker = _active()
+        if tracker is not None and (not rank_zero_only or tracker.rank == 0):
             tracker.progress = self
 
     def __iter__(self) -> Iterator:
@@ -331,10 +333,8 @@ class Progress:
 def show_progress(source: Any) -> None:
     """Show ``source`` (an object with ``snapshot()`` and ``closed``, as :class:`Progress`) in
     this rank's progress column, in place of any bar shown before; nothing outside a worker."""
-    tracker = _tracker
-    if tracker is None:
-        tracker = _start()
-    if isinstance(tracker, _Tracker):
+    tracker = _active()
+    if tracker is not None:
         tracker.progress = source
 
 
