@@ -213,7 +213,7 @@ def poll(page, script: str, arg, until, timeout: float, every: float = 0.1) -> l
 
 @contextmanager
 def notebook_page(tmp_path: Path, cells: list[str], name: str = "panels.ipynb"):
-    """JupyterLab with a notebook of ``cells`` open in Chromium, its kernel idle."""
+    """JupyterLab with a notebook of ``cells`` open in Chromium, its kernel idle: (lab, page)."""
     root, home = tmp_path / "root", tmp_path / "home"
     root.mkdir()
     settings = home / "settings" / "@jupyterlab"
@@ -229,7 +229,7 @@ def notebook_page(tmp_path: Path, cells: list[str], name: str = "panels.ipynb"):
     with jupyterlab(root, home) as lab, chromium(tmp_path / "profile") as page:
         page.goto(lab.url(f"lab/tree/{name}", "reset"))
         poll(page, KERNEL, None, lambda status: status == "idle", timeout=60, every=0.25)
-        yield page
+        yield lab, page
 
 
 def shoot(locator, name: str, shots: Path) -> None:

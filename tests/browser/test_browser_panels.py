@@ -10,11 +10,10 @@ import subprocess
 import sys
 import time
 import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from jupyterlab_helpers import KERNEL, STATES, notebook, poll, shoot
+from jupyterlab_helpers import KERNEL, STATES, notebook, notebook_page, poll, shoot
 
 pytestmark = pytest.mark.browser
 
@@ -84,36 +83,13 @@ def shots(tmp_path):
             shutil.copy(picture, Path(target) / picture.name)
 
 
-@contextmanager
-def lab_with(tmp_path: Path, cells: list[str]):
-    """JupyterLab with a notebook of ``cells`` open in Chromium, its kernel idle: (lab, page)."""
-    from jupyterlab_helpers import chromium, jupyterlab
-
-    root, home = tmp_path / "root", tmp_path / "home"
-    root.mkdir()
-    settings = home / "settings" / "@jupyterlab"
-    for extension, name, values in (
-        # Render every cell, on screen or not, so the test can read all outputs.
-        ("notebook-extension", "tracker", {"windowingMode": "none"}),
-        # No news or update toasts over the screenshots.
-        ("apputils-extension", "notification", {"fetchNews": "false", "checkForUpdates": False}),
-    ):
-        (settings / extension).mkdir(parents=True)
-        (settings / extension / f"{name}.jupyterlab-settings").write_text(json.dumps(values))
-    (root / "panels.ipynb").write_text(json.dumps(notebook(cells)))
-    with jupyterlab(root, home) as lab, chromium(tmp_path / "profile") as page:
-        page.goto(lab.url("lab/tree/panels.ipynb", "reset"))
-        poll(page, KERNEL, None, lambda status: status == "idle", timeout=60, every=0.25)
-        yield lab, page
-
-
 def run_all(page) -> None:
     # Not awaited: the command's promise resolves only once every cell has run.
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
 
 
 def test_panels_update_live_show_failures_and_the_buttons_launch_and_stop(tmp_path, shots):
-    with lab_with(tmp_path, CELLS) as (_, page):
+    with notebook_page(tmp_path, CELLS) as (_, page):
         live_failed_and_config_panel(page, shots)
 
 
@@ -122,7 +98,7 @@ def test_a_quiet_rank_is_named_in_the_panel_and_the_cell_while_the_run_goes_on(t
         SETUP + STALLS,
         "notebook_launcher(stalls, args=(40,), num_processes=2, stall_notice=2)",
     ]
-    with lab_with(tmp_path, cells) as (_, page):
+    with notebook_page(tmp_path, cells) as (_, page):
         run_all(page)
         poll(page, NOTICE, 0, lambda text: text and "no sign of life" in text, timeout=60)
         notice = page.evaluate(NOTICE, 0)
@@ -221,7 +197,7 @@ def chart_images_loaded(locator) -> list[int]:
 
 
 def test_a_saved_notebook_shows_its_final_panels_after_the_kernel_is_gone(tmp_path, shots):
-    with lab_with(tmp_path, REOPENED) as (lab, page):
+    with notebook_page(tmp_path, REOPENED) as (lab, page):
         run_all(page)
         poll(
             page,

@@ -53,7 +53,7 @@ PROGRESS = """() => {
 def test_trainer_metrics_and_progress_show_live(tmp_path):
     shots = tmp_path / "shots"
     shots.mkdir()
-    with notebook_page(tmp_path, [TRAIN, LAUNCH], "trainer.ipynb") as page:
+    with notebook_page(tmp_path, [TRAIN, LAUNCH], "trainer.ipynb") as (_, page):
         page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
         poll(page, STATES, 0, lambda s: s is not None, timeout=120)
         logged, shot = [], False
