@@ -45,10 +45,10 @@ def test_a_quiet_rank_is_noticed_once_and_the_run_goes_on(capfd):
     assert [event.rank for event in quiet] == [1]  # once for the spell, not every check
     assert quiet[0].quiet_for >= 1.0
     assert quiet[0].where.startswith("in quiet_rank (")
-    assert re.match(r"no sign of life for \d+ s — in quiet_rank \(", notices[0])
+    assert re.match(r"no progress for \d+ s — in quiet_rank \(", notices[0])
     err = capfd.readouterr().err
-    assert "notebook_launcher: rank 1 has shown no sign of life" in err
-    assert "for 1 s; nothing was stopped (stall_timeout=30 s stops the run)" in err
+    assert "notebook_launcher: no rank has made progress for 1 s" in err
+    assert "rank 1 is where the job is stuck. Nothing was stopped (stall_timeout=30 s" in err
     assert "Where each rank was: rank 1 was in quiet_rank (" in err
 
 
@@ -57,15 +57,15 @@ def test_stall_notice_none_says_nothing(capfd):
 
     assert result.values == [0, 1]
     assert quiet == []
-    assert "no sign of life" not in capfd.readouterr().err
+    assert "made progress" not in capfd.readouterr().err
 
 
 def test_the_model_shows_the_notice_until_the_rank_shows_life():
     model = RunModel(2)
     model.apply(RankQuiet(1, 61.2, "in train (Cell In[3]:5)", since=10.0), now=71.2)
 
-    assert model.ranks[1].notice == "no sign of life for 61 s — in train (Cell In[3]:5)"
-    assert "no sign of life for 61 s — in train (Cell In[3]:5)" in status_text(model, 72.0)
+    assert model.ranks[1].notice == "no progress for 61 s — in train (Cell In[3]:5)"
+    assert "no progress for 61 s — in train (Cell In[3]:5)" in status_text(model, 72.0)
     model.apply(SupervisorTick(72.0, ((0, 72.0), (1, 10.0))), now=72.0)
     assert model.ranks[1].notice  # still quiet
     model.apply(OutputLine(1, "stdout", "step 5"), now=73.0)

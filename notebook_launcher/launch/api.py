@@ -9,7 +9,13 @@ from typing import Any
 from ..backends import CpuBackend
 from ..ui import RunPanel, create_view
 from . import exclusive
-from .plan import DEFAULT_RDZV_TIMEOUT, DEFAULT_STALL_NOTICE, DEFAULT_STALL_TIMEOUT, LaunchPlan
+from .plan import (
+    DEFAULT_RDZV_TIMEOUT,
+    DEFAULT_STALL_NOTICE,
+    DEFAULT_STALL_TIMEOUT,
+    DEFAULT_STOP_GRACE,
+    LaunchPlan,
+)
 from .preflight import check_args, check_function
 from .result import LaunchResult
 from .runner import launch
@@ -37,6 +43,7 @@ def notebook_launcher(
     timeout: float | None = None,
     stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
     stall_notice: float | None = DEFAULT_STALL_NOTICE,
+    stop_grace: float = DEFAULT_STOP_GRACE,
     threads_per_process: int | None = None,
     output: str = "all",
     ui: str = "auto",
@@ -86,12 +93,16 @@ def notebook_launcher(
             with a one-line notice when the kernel has initialised CUDA and the function and
             its arguments can travel by value).
         timeout: stop everything after this many seconds (None: no limit).
-        stall_timeout: stop everything once a rank has shown no sign of life (no output, no
-            events, no CPU use) for this many seconds; every rank's Python stack is shown first.
-            None disables the check.
-        stall_notice: once a rank has shown no sign of life for this many seconds (default
-            60), say so in the cell and the status table, with where each rank is; nothing is
-            stopped. Once per quiet spell; None disables it.
+        stall_timeout: stop everything once no rank has made progress for this many seconds
+            (progress: output, events, computation, I/O, or a Python stack that moved; a rank
+            waiting in a collective or sleeping makes none); the error names the ranks that
+            held the others up and shows every rank's Python stack. None disables the check.
+        stall_notice: once no rank has made progress for this many seconds (default 60), say
+            so in the cell and the status table, with where each rank is; nothing is stopped.
+            Once per quiet spell; None disables it.
+        stop_grace: seconds a rank being stopped (another rank failed, a timeout, a stall, an
+            interrupt) has to run its ``finally`` blocks and ``atexit`` handlers after it gets
+            ``KeyboardInterrupt``, before it is killed (default 3, at most 60).
         threads_per_process: torch intra-op threads per worker; default: usable cores divided
             by the number of processes, so ranks do not fight over cores.
         output: "all" shows every rank's output, "main" only rank 0's, "none" nothing (the last
@@ -152,6 +163,7 @@ def notebook_launcher(
         timeout=timeout,
         stall_timeout=stall_timeout,
         stall_notice=stall_notice,
+        stop_grace=stop_grace,
         threads_per_process=threads_per_process,
         output=output,
         rdzv_conf=rdzv_conf,

@@ -101,7 +101,8 @@ def _with_stacks(message: str, stacks: dict[int, str]) -> str:
 
 
 class WorkerStalledError(LaunchTimeoutError):
-    """A rank showed no sign of life for ``stall_timeout`` seconds."""
+    """No rank made progress for ``stall_timeout`` seconds; ``ranks`` are where the job was
+    stuck (the ranks the others waited for)."""
 
     def __init__(self, message: str, stacks: dict[int, str], ranks: tuple[int, ...]) -> None:
         super().__init__(message, stacks)

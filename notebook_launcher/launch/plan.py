@@ -9,8 +9,9 @@ RDZV_BACKENDS = ("static", "c10d")
 OUTPUT_CHOICES = ("all", "main", "none")
 DEFAULT_PREFIX_TEMPLATE = "[rank{rank}] "
 DEFAULT_MULTINODE_PREFIX_TEMPLATE = "[node{node_rank}:{local_rank} rank{rank}] "
-DEFAULT_STALL_TIMEOUT = 900.0  # seconds without a sign of life before a rank counts as stalled
-DEFAULT_STALL_NOTICE = 60.0  # seconds without a sign of life before the cell and panel say so
+DEFAULT_STALL_TIMEOUT = 900.0  # seconds without progress of any rank before the job is stalled
+DEFAULT_STALL_NOTICE = 60.0  # seconds without progress before the cell and panel say so
+DEFAULT_STOP_GRACE = 3.0  # seconds a stopped rank has for its finally blocks before SIGKILL
 DEFAULT_RDZV_TIMEOUT = 300.0  # seconds every node waits for the others to arrive
 LOOPBACK = "127.0.0.1"
 
@@ -45,6 +46,7 @@ class LaunchPlan:
     # workers (CUDA initialised) and the function and its arguments can travel by value.
     auto_start_method: bool = False
     stall_notice: float | None = DEFAULT_STALL_NOTICE  # quiet seconds before a notice; None: off
+    stop_grace: float = DEFAULT_STOP_GRACE  # seconds from the catchable stop signal to SIGKILL
 
     @property
     def world_size(self) -> int:

@@ -19,6 +19,7 @@ from .plan import (
     DEFAULT_RDZV_TIMEOUT,
     DEFAULT_STALL_NOTICE,
     DEFAULT_STALL_TIMEOUT,
+    DEFAULT_STOP_GRACE,
     LOOPBACK,
     OUTPUT_CHOICES,
     RDZV_BACKENDS,
@@ -46,6 +47,9 @@ def _int(name: str, value: object, minimum: int, maximum: int | None = None, why
     if value < minimum or (maximum is not None and value > maximum):
         raise invalid(name, value, allowed + why)
     return value
+
+
+MOST_STOP_GRACE = 60.0  # seconds: a stop should never keep the user waiting longer
 
 
 def _seconds(
@@ -144,6 +148,7 @@ def plan_launch(
     timeout: object = None,
     stall_timeout: object = DEFAULT_STALL_TIMEOUT,
     stall_notice: object = DEFAULT_STALL_NOTICE,
+    stop_grace: object = DEFAULT_STOP_GRACE,
     threads_per_process: object = None,
     output: object = "all",
     rdzv_conf: object = None,
@@ -247,6 +252,7 @@ def plan_launch(
         timeout=_seconds("timeout", timeout),
         stall_timeout=_seconds("stall_timeout", stall_timeout),
         stall_notice=_seconds("stall_notice", stall_notice),
+        stop_grace=_seconds("stop_grace", stop_grace, allow_none=False, high=MOST_STOP_GRACE),
         threads_per_process=threads,
         output=_choice("output", output, OUTPUT_CHOICES),
         log_line_prefix_template=_prefix_template(log_line_prefix_template, nnodes > 1),

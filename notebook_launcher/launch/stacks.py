@@ -75,6 +75,18 @@ def locate(stack: str) -> Location | None:
     return None
 
 
+def main_thread_frames(stack: str) -> list[tuple[str, int, str]]:
+    """The main thread's frames as (file, line, function), most recent call last; [] if absent.
+
+    The main thread is the one whose stack runs through the worker bootstrap.
+    """
+    for block in _thread_blocks(stack.splitlines()):
+        frames = [m for m in map(_FRAME.match, block) if m]
+        if any(m.group("func") == WORKER_FUNCTION for m in frames):
+            return [(m.group("file"), int(m.group("line")), m.group("func")) for m in frames]
+    return []
+
+
 def _thread_blocks(lines: list[str]) -> list[list[str]]:
     blocks: list[list[str]] = [[]]
     for line in lines:

@@ -117,8 +117,9 @@ class TrackingBatch:
 class SupervisorTick:
     """The supervisor is still watching (sent a few times a second, made in the kernel).
 
-    ``last_alive`` pairs each rank with the kernel's monotonic time of its last sign of life
-    (output, events or CPU use), so views can say how long each rank has been quiet.
+    ``last_alive`` pairs each rank with the kernel's monotonic time of its last progress
+    (output, events, computation, a moved stack), so views can say how long each rank has been
+    quiet.
     """
 
     time: float
@@ -127,10 +128,10 @@ class SupervisorTick:
 
 @dataclass(frozen=True)
 class RankQuiet:
-    """A rank has shown no sign of life (no output, no events, no CPU use) for ``quiet_for``
-    seconds, since the kernel's monotonic time ``since``; ``where`` says where its stack was
-    ("in train (Cell In[3]:5)"). A notice, made in the kernel once per quiet spell: nothing was
-    stopped (``stall_timeout`` decides that)."""
+    """No rank of the job has made progress for ``stall_notice`` seconds; this one has made none
+    for ``quiet_for`` seconds, since the kernel's monotonic time ``since``; ``where`` says where
+    its stack was ("in train (Cell In[3]:5)"). A notice, made in the kernel once per quiet spell
+    for each rank at work: nothing was stopped (``stall_timeout`` decides that)."""
 
     rank: int
     quiet_for: float

@@ -18,6 +18,7 @@ class WorkerSpec:
     threads: int
     rdzv_id: str
     max_restarts: int
+    start_method: str = "fork"  # how the process was started ("fork" or "spawn")
 
 
 @dataclass

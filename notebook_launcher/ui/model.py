@@ -51,7 +51,7 @@ class RankState:
     stop_reason: str = ""
     stop_requested: bool = False  # stopped because the user asked (stop, interrupt): no error
     blamed: bool = False  # the rank held responsible for the end of the run
-    notice: str = ""  # "no sign of life for 60 s — in train (...)" until it shows life again
+    notice: str = ""  # "no progress for 60 s — in train (...)" until it shows life again
     _notice_since: float | None = field(default=None, repr=False)
     exitcode: int | None = None
     memory: int | None = None  # bytes of device memory held, where known
@@ -222,7 +222,7 @@ class RunModel:
         state = self._rank(event.rank)
         if state is None or state.state not in ACTIVE:
             return
-        state.notice = f"no sign of life for {event.quiet_for:.0f} s — {event.where}"[:MAX_TEXT]
+        state.notice = f"no progress for {event.quiet_for:.0f} s — {event.where}"[:MAX_TEXT]
         state._notice_since = event.since
         self.version += 1
 

@@ -13,6 +13,7 @@ from ...protocol.channel import LineSplitter
 from ...protocol.names import WORKER_ENTRY, entry_point
 from ...protocol.results import Received
 from ...protocol.spec import WorkerSpec
+from ...protocol.status import RankStatus
 from ..errors import WorkersNotStartedError
 from ..processes import kill_tree
 
@@ -26,15 +27,13 @@ class WorkerHandle:
     process: Any
     events: Any  # read end of the worker's event pipe
     streams: dict[Any, LineSplitter]  # read end of each output pipe -> its line splitter
-    status: str = "starting"  # starting, running, finished, failed, stopped
+    status: RankStatus = RankStatus.STARTING
     pid: int | None = None
     result: Received | None = None  # the rank's return value, once it returned
     failed: Any = None  # the WorkerFailed event, if one arrived
     exitcode: int | None = None
-    started_at: float = 0.0
-    last_alive: float = 0.0
+    last_alive: float = 0.0  # the kernel's monotonic time of its last sign of life
     finished_at: float | None = None  # when the kernel learnt that the function returned
-    cpu_seen: float = 0.0
     capture: list[str] | None = field(default=None, repr=False)
     node_rank: int | None = None  # set in multi-node launches, for failure reports
 
@@ -148,7 +147,6 @@ class Launcher(ABC):
             events=events_r,
             streams={out_r: LineSplitter(rank, "stdout"), err_r: LineSplitter(rank, "stderr")},
             pid=process.pid,
-            started_at=now,
             last_alive=now,
             node_rank=spec.context.node_rank if spec.context.num_nodes > 1 else None,
         )

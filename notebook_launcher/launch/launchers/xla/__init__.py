@@ -105,7 +105,6 @@ class XlaLauncher(Launcher):
                         process_err: ProcessLineSplitter(rank, "stderr"),
                     },
                     pid=process.pid,  # the replica's own pid replaces it once it has started
-                    started_at=now,
                     last_alive=now,
                 )
             )

@@ -1,0 +1,46 @@
+"""How a worker is stopped: a catchable signal first, so the user's clean-up code runs.
+
+The kernel stops a rank (another rank failed, a timeout or a stall, an interrupt, a stop request)
+with SIGTERM, and kills it only after a short grace. Here SIGTERM becomes :class:`RankStopped`, a
+``KeyboardInterrupt`` raised in the main thread: ``finally`` blocks, ``with`` exits and ``except
+KeyboardInterrupt`` handlers (a save-on-interrupt) run, then the process exits and runs its
+``atexit`` handlers.
+"""
+
+from __future__ import annotations
+
+import atexit
+import signal
+from typing import Any
+
+from ..protocol.names import STOP_SIGNAL
+
+
+class RankStopped(KeyboardInterrupt):
+    """The launcher stopped this rank (raised in its main thread on the stop signal)."""
+
+
+def _stop(signum: int, frame: Any) -> None:
+    # Once: a second signal must not break the clean-up the first one started.
+    signal.signal(STOP_SIGNAL, signal.SIG_IGN)
+    raise RankStopped("the launcher stopped this rank (SIGTERM)")
+
+
+def stop_on_signal() -> None:
+    """Turn the stop signal into :class:`RankStopped` in this process's main thread."""
+    signal.signal(STOP_SIGNAL, _stop)
+
+
+def forget_inherited_exit_handlers() -> None:
+    """Drop the ``atexit`` handlers a forked worker inherited from the kernel (they belong to
+    the kernel, whose sockets and files they would close), keeping the ones the worker adds."""
+    atexit._clear()
+
+
+def run_exit_handlers() -> None:
+    """Run the ``atexit`` handlers the user's code registered in this forked worker.
+
+    A forked multiprocessing child ends with ``os._exit``, which skips them; a spawned one
+    exits normally, so it must not call this (they would run twice).
+    """
+    atexit._run_exitfuncs()
