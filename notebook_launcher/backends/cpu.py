@@ -24,6 +24,8 @@ class CpuBackend(Backend):
     process_group_backends = ("gloo", "mpi")
     distributed_type = DistributedType.MULTI_CPU
     accelerator = False
+    # The communicator last made for the job's collectives: the barrier uses its exchange.
+    _communicator: SharedMemoryCommunicator | None = None
 
     def is_available(self) -> bool:
         return True
@@ -36,7 +38,17 @@ class CpuBackend(Backend):
         return torch.device("cpu")
 
     def communicator(self, state: Any) -> Communicator:
-        return SharedMemoryCommunicator(state)
+        self._communicator = SharedMemoryCommunicator(state)
+        return self._communicator
+
+    def barrier(self, device: torch.device) -> None:
+        """Through the shared-memory exchange once the job's collectives use one, as a step of
+        its own: a rank whose peer runs another collective then raises the mismatch at once,
+        where gloo's barrier and the exchange would wait for each other until the timeout.
+        Otherwise gloo's barrier."""
+        communicator = self._communicator
+        if communicator is None or not communicator.barrier():
+            super().barrier(device)
 
     def register_ddp_hook(self, model: Any, state: Any) -> bool:
         """Carry ``model``'s gradients (a DistributedDataParallel of CPU parameters) through
@@ -118,6 +130,20 @@ class SharedMemoryCommunicator(Communicator):
             super().broadcast_object_list(objects, src)
         else:
             exchange.broadcast_object_list(objects, src)
+
+    def barrier(self) -> bool:
+        """Wait for every rank through the exchange, as long as the process group would, if the
+        job's collectives made one; whether they did.
+
+        The barrier does not make the exchange: a rank may have made this communicator alone,
+        while the exchange exists on every rank of the job or on none (its first collective
+        makes it), so every rank takes the same way through the barrier.
+        """
+        exchange = self._exchange
+        if exchange is None or not self.is_current(self._shared):  # a state made since: gloo
+            return False
+        exchange.barrier(group_timeout())
+        return True
 
 
 def all_reduce_hook(exchange: SharedMemoryExchange, bucket):

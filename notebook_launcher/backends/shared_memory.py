@@ -6,7 +6,8 @@ hand-off waits for the scheduler: on 2 cores a 300 KB all-reduce that takes abou
 back takes about 1 ms between training steps. When every rank runs on this machine,
 :class:`SharedMemoryExchange` exchanges tensors through one shared mapping instead, for DDP's
 gradients (the DDP hook in :mod:`.cpu`) and for the collectives of :mod:`notebook_launcher.ops`
-(all-reduce, all-gather, broadcast, and the object collectives as pickles):
+(all-reduce, all-gather, broadcast, the object collectives as pickles, and the barrier of
+``wait_for_everyone`` as a step without data):
 
 * each rank copies its tensor (already scaled, for DDP's average) into its own slot, writes what
   it did (operation, dtype, elements in the call, where this chunk starts) and then publishes
@@ -72,6 +73,7 @@ GLOO_SEGMENT_BYTES = 2**20
 
 # What a rank did at a step (the low byte of its WHAT word).
 ALL_REDUCE, ALL_REDUCE_SHARES, ALL_GATHER, BROADCAST, GATHER_OBJECT, BROADCAST_OBJECTS = range(1, 7)
+BARRIER = 7
 OPERATIONS = {
     ALL_REDUCE: "all_reduce",
     ALL_REDUCE_SHARES: "all_reduce of shares",
@@ -79,6 +81,7 @@ OPERATIONS = {
     BROADCAST: "broadcast",
     GATHER_OBJECT: "all_gather_object",
     BROADCAST_OBJECTS: "broadcast_object_list",
+    BARRIER: "barrier (wait_for_everyone)",
 }
 # Every dtype, in an order every process of this torch agrees on.
 DTYPES = tuple(sorted({d for d in vars(torch).values() if isinstance(d, torch.dtype)}, key=str))
@@ -122,8 +125,8 @@ def supported() -> bool:
 
 
 class SharedMemoryExchange:
-    """All-reduce, all-gather and broadcast over the ranks of one machine, through a shared
-    mapping.
+    """All-reduce, all-gather, broadcast and barrier over the ranks of one machine, through a
+    shared mapping.
 
     Create it with :meth:`create` on every rank (a collective over the default process group).
 
@@ -312,6 +315,19 @@ class SharedMemoryExchange:
             parts = torch.split(payload, sizes.tolist())
             objects[:] = [_unpickled(part) for part in parts]
 
+    def barrier(self, timeout: float | None = None) -> None:
+        """Wait until every rank reaches its barrier (``timeout`` seconds at most, else the
+        exchange's).
+
+        A step that moves no data but is recorded like any other: a rank that meets another
+        rank's collective at this step raises the mismatch at once, where a barrier outside the
+        exchange would leave both waiting for each other until the timeout.
+        """
+        self._step += 1
+        step = self._record(_what(BARRIER, torch.uint8), 0, 0)
+        self._wait(step, timeout)
+        self._check(step)
+
     def _chunks(self, flat: torch.Tensor) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
         """Slot-sized pieces of ``flat``: where each starts, the piece, and the area of its step
         ([world, elements])."""
@@ -345,14 +361,24 @@ class SharedMemoryExchange:
     def _publish(self, what: int, total: int, offset: int) -> None:
         """Say this rank's slot is written, wait for every rank, and check they all did the same
         (operation, dtype, elements in the call, where this chunk starts in it)."""
+        step = self._record(what, total, offset)
+        self._wait(step)
+        self._check(step)
+
+    def _record(self, what: int, total: int, offset: int) -> int:
+        """Write what this rank does at the current step, then publish the step (the flag last,
+        so that a rank that sees the flag reads this step's record); returns the step."""
         step = self._step
-        records = self._records[step % 2]
         header, mine = self._header, self._mine + 3 * (step % 2)
         header[mine + WHAT] = what
         header[mine + TOTAL] = total
         header[mine + OFFSET] = offset
         header[self._mine + FLAG] = step
-        self._wait(step)
+        return step
+
+    def _check(self, step: int) -> None:
+        """Raise if the ranks recorded different calls at ``step`` (every rank published it)."""
+        records = self._records[step % 2]
         for words in records:
             if min(words) != max(words):
                 self._mismatch(step, records)
@@ -376,7 +402,10 @@ class SharedMemoryExchange:
             view = self._views[dtype] = self._areas.view(dtype)
         return view
 
-    def _wait(self, step: int) -> None:
+    def _wait(self, step: int, timeout: float | None = None) -> None:
+        """Until every rank published ``step`` (``timeout`` seconds at most, else the
+        exchange's)."""
+        limit = self.timeout if timeout is None else timeout
         flags = self._flags
         if min(flags) >= step:
             return
@@ -387,7 +416,7 @@ class SharedMemoryExchange:
             if waited < SPIN_SECONDS:
                 os.sched_yield()
                 continue
-            if waited > self.timeout:
+            if waited > limit:
                 missing = [r for r in range(self.world_size) if flags[r] < step]
                 raise RuntimeError(
                     f"shared-memory collective: rank {self.rank} waited {waited:.0f} s at step "
@@ -498,7 +527,7 @@ def _describe(what: int, total: int, offset: int) -> str:
     if operation in (BROADCAST, BROADCAST_OBJECTS):
         name += f" from rank {src}"
     dtype = str(DTYPES[index]).removeprefix("torch.") if index < len(DTYPES) else "?"
-    if operation == GATHER_OBJECT:  # the sizes of the pickles, then the pickles
+    if operation in (GATHER_OBJECT, BARRIER):  # sizes and dtypes of their own, or no data
         return name
     if operation == BROADCAST_OBJECTS:
         return f"{name} of {total} objects" if dtype == "int64" else f"{name} ({total} bytes)"

@@ -7,18 +7,21 @@ only bounds them generously (5 s), ``benchmarks/shm_kill.py`` runs 100 trials an
 against the 1 s target.
 
 Ranks whose calls differ get the exchange's ValueError, naming what each rank did, on every rank,
-before any data is mixed (the object collectives go through the exchange too).
+before any data is mixed (the object collectives go through the exchange too, and so does the
+barrier of ``wait_for_everyone`` once the job's collectives use the exchange).
 """
 
 from __future__ import annotations
 
+import os
 import random
+import time
 
 import pytest
 import torch
 from collective_workload import KILL_LINES, kill_trial
 
-from notebook_launcher import PartialState, notebook_launcher, ops
+from notebook_launcher import PartialState, notebook_launcher, ops, wait_for_everyone
 from notebook_launcher.backends import shared_memory
 
 pytestmark = pytest.mark.skipif(
@@ -161,10 +164,116 @@ def one_more_collective_on_rank_0():
 
 
 def test_a_rank_left_waiting_by_a_rank_that_returned_fails_at_once():
-    import time
-
     started = time.monotonic()
     with pytest.raises(Exception, match=r"rank 1 \(pid \d+\) ended while rank 0 waited") as caught:
         notebook_launcher(one_more_collective_on_rank_0, num_processes=2, output="none", timeout=60)
     assert type(caught.value).__name__ == "DistBackendError"
     assert time.monotonic() - started < 30  # not the launch's timeout
+
+
+# -- barriers -----------------------------------------------------------------------------------
+
+BARRIER = "barrier (wait_for_everyone)"  # how the exchange describes a rank in a barrier
+RAISED_WITHIN = 20.0  # seconds for the whole launch; the launch's timeout is 60 s
+# What the other rank runs while one waits in a barrier, and how the exchange describes it.
+AGAINST_A_BARRIER = {
+    "reduce": (lambda: ops.reduce(torch.ones(4)), "all_reduce of 4 float32"),
+    "gather": (lambda: ops.gather(torch.ones(4)), "all_gather of 4 float32"),
+    "broadcast": (lambda: ops.broadcast(torch.ones(4)), "broadcast from rank 0 of 4 float32"),
+}
+# The ways into the library's barrier.
+BARRIERS = {
+    "wait_for_everyone": wait_for_everyone,
+    "PartialState": lambda: PartialState().wait_for_everyone(),
+}
+
+
+def barrier_against(kind, barrier_rank):
+    ops.reduce(torch.ones(3))  # the exchange is made, the ranks agree so far
+    if PartialState().process_index == barrier_rank:
+        wait_for_everyone()
+    else:
+        AGAINST_A_BARRIER[kind][0]()
+
+
+@pytest.mark.parametrize("barrier_rank", [1, 0], ids=["barrier-on-rank-1", "barrier-on-rank-0"])
+@pytest.mark.parametrize("kind", list(AGAINST_A_BARRIER))
+def test_a_barrier_against_another_collective_fails_the_launch_at_once(kind, barrier_rank):
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="the ranks made different calls") as caught:
+        notebook_launcher(
+            barrier_against, args=(kind, barrier_rank), num_processes=2, output="none", timeout=60
+        )
+    elapsed = time.monotonic() - started
+    print(f"{kind} against a barrier on rank {barrier_rank}: raised after {elapsed:.1f} s")
+    did = AGAINST_A_BARRIER[kind][1]
+    calls = (did, BARRIER) if barrier_rank == 1 else (BARRIER, did)
+    assert f"rank 0: {calls[0]}; rank 1: {calls[1]} (" in str(caught.value)
+    assert elapsed < RAISED_WITHIN  # not the launch's timeout
+
+
+def barrier_against_caught(kind, way):
+    state = PartialState()
+    ops.reduce(torch.ones(3))
+    try:
+        if state.process_index == 1:
+            BARRIERS[way]()
+        else:
+            AGAINST_A_BARRIER[kind][0]()
+    except ValueError as error:
+        message = str(error)
+    else:
+        message = None
+    # Every rank raised at the same step: a barrier and a collective still work afterwards.
+    BARRIERS[way]()
+    return message, ops.reduce(torch.full((2,), float(state.process_index)), reduction="sum")
+
+
+@pytest.mark.parametrize("way", list(BARRIERS))
+def test_a_barrier_against_another_collective_raises_on_every_rank(way):
+    results = notebook_launcher(
+        barrier_against_caught, args=("reduce", way), num_processes=2, output="none", timeout=60
+    )
+    for message, after in results:
+        assert message is not None, "a rank did not raise"
+        assert f"rank 0: all_reduce of 4 float32; rank 1: {BARRIER} (" in message, message
+        assert torch.equal(after, torch.full((2,), 1.0))
+
+
+def barriers_between_reduces(folder):
+    from notebook_launcher.ops.comm import current
+
+    state = PartialState()
+    rank, world = state.process_index, state.num_processes
+    wait_for_everyone()  # before any collective: no exchange yet, so gloo's barrier
+    total = ops.reduce(torch.ones(2), reduction="sum")
+    exchange = current()._exchange
+    seen, steps = [], []
+    for turn in range(4):
+        marker = os.path.join(folder, str(turn))
+        if rank == turn % world:  # written before its barrier, read by the others after theirs
+            with open(marker, "w"):
+                pass
+        before = exchange._step if exchange else 0
+        list(BARRIERS.values())[turn % 2]()
+        steps.append(exchange._step - before if exchange else None)
+        seen.append(os.path.exists(marker))
+        total = ops.reduce(total, reduction="sum")
+    return seen, steps, total
+
+
+@pytest.mark.parametrize(
+    ("world", "exchange"), [(2, True), (3, True), (2, False)], ids=["2", "3", "2-gloo"]
+)
+def test_matching_barriers_between_reduces_wait_for_everyone(
+    tmp_path, monkeypatch, world, exchange
+):
+    if not exchange:
+        monkeypatch.setenv(shared_memory.ENV_SWITCH, "0")  # every collective over gloo
+    results = notebook_launcher(
+        barriers_between_reduces, args=(str(tmp_path),), num_processes=world, timeout=60
+    )
+    for seen, steps, total in results:
+        assert seen == [True] * 4
+        assert steps == ([1] * 4 if exchange else [None] * 4)  # one step of the exchange each
+        assert torch.equal(total, torch.full((2,), float(world**5)))
