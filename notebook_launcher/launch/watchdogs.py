@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..protocol.events import RankQuiet
+from ..protocol.status import RankStatus
 from .errors import DeadlockError, LaunchTimeoutError, WorkerStalledError
 from .liveness import stack_signature, waiting_in_collective
 from .stacks import holding_up, locate, where_ranks_were
@@ -194,7 +195,7 @@ class DeadlockWatchdog:
     def check(self, now: float) -> Verdict | None:
         if now < self._next_check:
             return None
-        returned = [h for h in self.group.handles if h.status == "finished"]
+        returned = [h for h in self.group.handles if h.status == RankStatus.FINISHED]
         waiting = self.group.active()
         if not returned or not waiting:
             return None

@@ -24,10 +24,11 @@ from ..protocol.events import (
     WorkerStopped,
 )
 from ..protocol.failure import exit_description
+from ..protocol.status import RankStatus, next_status
 from .series import MAX_POINTS, MetricSeries
 
-STATES = ("starting", "running", "finished", "failed", "stopped")
-ACTIVE = ("starting", "running")
+STATES = tuple(RankStatus)
+ACTIVE = tuple(status for status in RankStatus if status.active)
 MAX_TEXT = 500  # characters kept of an output line, a status or an error (shown on hover)
 RATE_SMOOTHING = 0.3  # weight of the newest measurement in a rank's it/s
 
@@ -37,7 +38,7 @@ class RankState:
     """What the panels show about one rank. Times are the model clock's (monotonic seconds)."""
 
     rank: int
-    state: str = "starting"
+    state: RankStatus = RankStatus.STARTING
     pid: int | None = None
     step: float | None = None  # the latest step it logged metrics at
     done: int | None = None  # progress: items done, items expected, description
@@ -137,7 +138,8 @@ class RunModel:
         state = self._rank(event.rank)
         if state is None:
             return
-        state.state, state.pid, state.started, state.ended = "running", event.pid, now, None
+        state.state = next_status(state.state, event)
+        state.pid, state.started, state.ended = event.pid, now, None
         state.error = state.stop_reason = ""
         state.exitcode = None
         state.stop_requested = state.blamed = False
@@ -147,18 +149,18 @@ class RunModel:
 
     def _finished(self, event: WorkerFinished, now: float) -> None:
         state = self._rank(event.rank)
-        if state is not None:
-            state.state, state.ended, state.last_alive = "finished", now, now
+        if state is not None and self._moved(state, event):
+            state.ended, state.last_alive = now, now
             self._retire(event.rank, now)
             self.version += 1
 
     def _failed(self, event: WorkerFailed, now: float) -> None:
         state = self._rank(event.rank)
-        if state is None:
-            return
+        if state is None or not self._moved(state, event):
+            return  # a rank the kernel stopped reports its KeyboardInterrupt: still stopped
         kind = event.exc_type.rsplit(".", 1)[-1]
         first = event.message.strip().splitlines()[0] if event.message.strip() else ""
-        state.state, state.ended, state.last_alive = "failed", now, now
+        state.ended, state.last_alive = now, now
         state.error = (f"{kind}: {first}" if first else kind)[:MAX_TEXT]
         self._blame_first(state)
         self._retire(event.rank, now)
@@ -178,8 +180,8 @@ class RunModel:
         if state is None:
             return
         state.exitcode = event.exitcode
-        if state.state in ACTIVE:
-            state.state, state.ended = "failed", now
+        if self._moved(state, event):
+            state.ended = now
             state.error = f"the process died ({exit_description(event.exitcode)})"
             self._blame_first(state)
             self._retire(event.rank, now)
@@ -192,13 +194,19 @@ class RunModel:
                 other.blamed = other.rank in blamed
             self.version += 1
         state = self._rank(event.rank)
-        if state is None or state.state in ("finished", "failed"):
+        if state is None or not self._moved(state, event):
             return
-        state.state, state.ended = "stopped", now
+        state.ended = now
         state.stop_reason = event.reason[:MAX_TEXT]
         state.stop_requested = event.requested
         self._retire(event.rank, now)
         self.version += 1
+
+    @staticmethod
+    def _moved(state: RankState, event: object) -> bool:
+        """Apply the status rule all consumers share; whether the status changed."""
+        previous, state.state = state.state, next_status(state.state, event)
+        return state.state is not previous
 
     def _blame_first(self, state: RankState) -> None:
         """The first rank to fail is the one to blame, until the kernel says otherwise."""

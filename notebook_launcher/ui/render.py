@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import html
 
+from ..protocol.status import RankStatus
 from .model import ACTIVE, RankState, RunModel
 
 COLOURS = {
-    "starting": "#8c8c8c",
-    "running": "#1f77b4",
-    "finished": "#2ca02c",
-    "failed": "#d62728",
-    "stopped": "#6b7280",  # neutral: stopping is not an error (a blamed rank's row says so)
+    RankStatus.STARTING: "#8c8c8c",
+    RankStatus.RUNNING: "#1f77b4",
+    RankStatus.FINISHED: "#2ca02c",
+    RankStatus.FAILED: "#d62728",
+    RankStatus.STOPPED: "#6b7280",  # neutral: stopping is not an error (a blamed rank's row says so)
 }
 ERROR = "#d62728"
 BLAMED_ROW = "background:rgba(214,39,40,0.14)"
@@ -88,8 +89,8 @@ def counts_text(model: RunModel) -> str:
     """'1 failed, 1 stopped', or '2 stopped (stop requested)' when every stopped rank says why."""
     with model.lock:
         counts = ", ".join(f"{n} {name}" for name, n in model.counts().items())
-        reasons = {state.stop_reason for state in model.ranks if state.state == "stopped"}
-        failed = any(state.state == "failed" for state in model.ranks)
+        reasons = {state.stop_reason for state in model.ranks if state.state == RankStatus.STOPPED}
+        failed = any(state.state == RankStatus.FAILED for state in model.ranks)
     if len(reasons) == 1 and not failed:
         reason = reasons.pop()
         if reason:
@@ -253,13 +254,13 @@ def _details_html(state: RankState) -> str:
             f'<span class="nl-error" style="color:{ERROR};font-weight:600">'
             f"{clipped_html(state.error, ERROR_CHARS)}</span>"
         )
-    elif state.state == "stopped" and state.blamed:
+    elif state.state == RankStatus.STOPPED and state.blamed:
         reason = f"likely cause · stopped: {state.stop_reason}"
         parts.append(
             f'<span class="nl-error" style="color:{ERROR};font-weight:600">'
             f"{clipped_html(reason, ERROR_CHARS)}</span>"
         )
-    elif state.state == "stopped" and state.stop_reason:
+    elif state.state == RankStatus.STOPPED and state.stop_reason:
         parts.append(f"<i>stopped: {clipped_html(state.stop_reason, STATUS_CHARS)}</i>")
     if state.notice and state.state in ACTIVE:
         parts.append(
@@ -305,7 +306,7 @@ def _text_row(state: RankState) -> str:
         parts.append(f"{number(state.rate)} it/s")
     if state.error:
         parts.append(state.error)
-    elif state.state == "stopped" and state.stop_reason:
+    elif state.state == RankStatus.STOPPED and state.stop_reason:
         parts.append(f"stopped: {state.stop_reason}")
     if state.blamed and not state.error:
         parts.append("(likely cause)")
