@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..protocol import names
 from ..protocol.context import WorkerContext
 from ..protocol.results import Received
 from ..protocol.spec import WorkerSpec
@@ -38,6 +39,7 @@ def launch(
     ``listeners`` get every event; setting ``stop`` tears the run down (LaunchStoppedError);
     ``streams`` replace the kernel's stdout and stderr for worker lines.
     """
+    names.reclaim_orphans()  # the shared memory of kernels that were killed
     plan = run_preflight(function, args, plan)
     launcher = LAUNCHERS[plan.start_method]()
     launcher.prepare()

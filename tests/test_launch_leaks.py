@@ -1,0 +1,302 @@
+"""A kernel killed while results or an exchange are in shared memory leaves its /dev/shm files
+behind; the next launch reclaims them, and never the files of a kernel that still runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import uuid
+
+import psutil
+import pytest
+import torch
+
+from notebook_launcher import notebook_launcher as launch
+from notebook_launcher.protocol import names, results
+
+MB = 1 << 20
+RESULT_MB = 96  # per rank: the kernel's peak is about 6 x this (workers, files, its mappings)
+BOUND = 120.0  # seconds: a generous limit for anything that should take a few
+MARKER = "NOTEBOOK_LAUNCHER_LEAK_TRIAL"  # in the environment of a kernel and of its workers
+
+# The kernel: launches two ranks that each return a large tensor, says when it starts and ends,
+# then waits to be killed (with its results mapped).
+KERNEL = textwrap.dedent(
+    f"""
+    import sys, torch
+    from notebook_launcher import notebook_launcher
+
+    def large():
+        return torch.ones({RESULT_MB} * {MB} // 4)
+
+    print("launching", flush=True)
+    result = notebook_launcher(large, num_processes=2, ui="none")
+    assert all(float(v[-1]) == 1.0 for v in result)
+    print("done", flush=True)
+    sys.stdin.read()
+    """
+)
+
+# When each kernel is killed: (what it waits for, then how many seconds more). "launching": the
+# kernel is about to launch; "file": its first result file appeared in /dev/shm; "received": the
+# files appeared and are all gone again (mapped by the kernel); "done": the launch returned. A
+# kernel that passes its moment unseen is killed at "done". Only the spread depends on timing.
+MOMENTS = [
+    ("launching", 0.0),
+    ("launching", 1.0),
+    ("file", 0.0),
+    ("file", 0.03),
+    ("file", 0.08),
+    ("file", 0.15),
+    ("file", 0.25),
+    ("file", 0.4),
+    ("received", 0.0),
+    ("done", 0.0),
+]
+
+
+def free():
+    return None
+
+
+def files_of(pid: int) -> dict[str, int]:
+    """The /dev/shm files named after process ``pid``, whatever its start time: bytes held."""
+    found = {}
+    for name in os.listdir(names.SHARED_MEMORY_DIRECTORY):
+        owner = names.owner_of(name)
+        if owner is not None and owner.pid == pid:
+            try:
+                found[name] = os.stat(os.path.join(names.SHARED_MEMORY_DIRECTORY, name)).st_blocks
+            except FileNotFoundError:
+                continue
+    return {name: blocks * 512 for name, blocks in found.items()}
+
+
+def marked(trial: str) -> list[psutil.Process]:
+    """Live processes started by the kernel of ``trial`` (they inherit its environment)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and proc.environ().get(MARKER) == trial:
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+class Kernel:
+    """A kernel process whose lines are read in the background."""
+
+    def __init__(self) -> None:
+        self.trial = uuid.uuid4().hex
+        env = {**os.environ, MARKER: self.trial}
+        self.stderr = tempfile.TemporaryFile()  # a pipe nobody reads could fill and block it
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", KERNEL],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            env=env,
+        )
+        self.pid = self.process.pid
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.said: set[str] = set()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.put(line.decode().strip())
+
+    def heard(self, word: str) -> bool:
+        while not self.lines.empty():
+            self.said.add(self.lines.get())
+        return word in self.said
+
+    def errors(self) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read().decode(errors="replace")[-4000:]
+
+    def kill(self) -> None:
+        """SIGKILL, reap, and wait (bounded) for its workers, which die with it."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.communicate(timeout=BOUND)
+        deadline = time.monotonic() + BOUND
+        while marked(self.trial) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def reap_everything(self) -> None:
+        """Cleanup whatever happened: the kernel, its workers, its files."""
+        try:
+            self.kill()
+        finally:
+            for proc in marked(self.trial):
+                proc.kill()
+            for name in files_of(self.pid):
+                names.remove(os.path.join(names.SHARED_MEMORY_DIRECTORY, name))
+            self.stderr.close()
+
+
+def kill_at(kernel: Kernel, event: str, delay: float) -> bool:
+    """Kill ``kernel`` ``delay`` seconds after ``event`` (or at "done", if that comes first);
+    whether it had result files in /dev/shm just before."""
+    deadline = time.monotonic() + BOUND
+    appeared = False
+    while time.monotonic() < deadline:
+        assert kernel.process.poll() is None, f"the kernel ended by itself:\n{kernel.errors()}"
+        present = bool(files_of(kernel.pid))
+        appeared = appeared or present
+        reached = {
+            "launching": kernel.heard("launching"),
+            "file": present,
+            "received": appeared and not present,
+            "done": kernel.heard("done"),
+        }
+        if reached[event] or reached["done"]:
+            break
+        time.sleep(0.001)
+    else:
+        raise AssertionError(f"the kernel never reached {event!r}:\n{kernel.errors()}")
+    time.sleep(delay)
+    present = bool(files_of(kernel.pid))
+    kernel.kill()
+    return present
+
+
+@pytest.mark.timeout(900)
+def test_the_files_of_kernels_killed_during_a_result_transfer_are_reclaimed_by_the_next_launch():
+    kernels: list[Kernel] = []
+    left = []  # (files, bytes) each dead kernel left before any later launch
+    in_flight = 0
+    try:
+        for event, delay in MOMENTS:
+            kernel = Kernel()
+            kernels.append(kernel)
+            in_flight += kill_at(kernel, event, delay)
+            assert not marked(kernel.trial), "a worker outlived its killed kernel"
+            # The next kernel's launch already reclaims these (as another notebook's would).
+            files = files_of(kernel.pid)
+            left.append((len(files), sum(files.values())))
+        launch(free, num_processes=1, ui="none")
+        after = {k.pid: files_of(k.pid) for k in kernels if files_of(k.pid)}
+        print(
+            f"\n{len(kernels)} kernels killed, {in_flight} with result files in /dev/shm; "
+            f"left behind: {sum(n for n, _ in left)} files, {sum(b for _, b in left)} bytes "
+            f"(per kill: {left}); after a launch: {sum(len(f) for f in after.values())} files"
+        )
+        assert after == {}
+        # Not a test of luck: at least one kernel died with its files in /dev/shm.
+        assert in_flight >= 1
+    finally:
+        for kernel in kernels:
+            kernel.reap_everything()
+
+
+@pytest.fixture
+def sleeper():
+    """A live process that is not a kernel, but stands for one; reaped whatever happens."""
+    process = subprocess.Popen(["sleep", "600"])
+    yield process
+    process.kill()
+    process.wait(timeout=BOUND)
+
+
+def fake_file(owner: names.Owner, size: int = MB) -> str:
+    """A file in /dev/shm named as a result file of ``owner``, holding ``size`` bytes."""
+    path = os.path.join(
+        names.SHARED_MEMORY_DIRECTORY, names.file_name(owner, f"result-{uuid.uuid4().hex[:16]}")
+    )
+    with open(path, "wb") as file:
+        file.write(b"\1" * size)
+    return path
+
+
+def gone_pid() -> int:
+    """The pid of a process that ended (and nobody has taken since, in all likelihood)."""
+    process = subprocess.Popen(["true"])
+    process.wait(timeout=BOUND)
+    return process.pid
+
+
+@pytest.fixture
+def made():
+    """Paths of files a test made, removed whatever happens."""
+    paths: list[str] = []
+    yield paths
+    for path in paths:
+        names.remove(path)
+
+
+def test_a_launch_keeps_the_files_of_a_live_kernel_and_reclaims_them_once_it_is_gone(sleeper, made):
+    path = names.shared_memory_path(sleeper.pid, "result-" + uuid.uuid4().hex[:16])
+    with open(path, "wb") as file:
+        file.write(b"\1" * MB)
+    made.append(path)
+
+    launch(free, num_processes=1, ui="none")
+    assert os.path.exists(path)  # its kernel still runs: it may map the file any moment
+
+    sleeper.kill()
+    sleeper.wait(timeout=BOUND)
+    launch(free, num_processes=1, ui="none")
+    assert not os.path.exists(path)
+
+
+def test_a_file_named_for_a_pid_that_another_process_took_since_is_reclaimed(made):
+    me = names.owner_now(os.getpid())  # a live process, as a kernel is
+    assert me.start is not None and me.scope is not None
+    mine = fake_file(me)
+    earlier = fake_file(dataclasses.replace(me, start=me.start - 1))  # that pid's former owner
+    made.extend([mine, earlier])
+
+    assert names.reclaim_orphans() >= MB
+    assert not os.path.exists(earlier)
+    assert os.path.exists(mine)
+    assert names.leftover_files(os.getpid()) == [mine]  # the live kernel's helpers still see it
+
+
+def test_a_killed_kernel_not_yet_reaped_counts_as_gone(sleeper, made):
+    owner = names.owner_now(sleeper.pid)
+    path = fake_file(owner)
+    made.append(path)
+    sleeper.kill()
+    deadline = time.monotonic() + BOUND
+    while psutil.Process(sleeper.pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+    assert names.process_start(sleeper.pid) is None
+    names.reclaim_orphans()
+    assert not os.path.exists(path)
+
+
+def test_files_the_launch_cannot_tell_the_owner_of_are_kept(made):
+    dead = names.owner_now(gone_pid())
+    other_namespaces = dataclasses.replace(dead, start=1, scope="1.1")  # a container's, say
+    without_start = names.Owner(dead.pid)  # /proc could not tell when it was written
+    paths = [fake_file(other_namespaces), fake_file(without_start)]
+    made.extend(paths)
+    stranger = os.path.join(names.SHARED_MEMORY_DIRECTORY, f"{names.SHARED_MEMORY_PREFIX}x-y")
+    with open(stranger, "wb"):
+        pass
+    made.append(stranger)
+
+    names.reclaim_orphans()
+    assert all(os.path.exists(path) for path in paths + [stranger])
+
+
+def test_a_worker_whose_kernel_is_gone_keeps_its_result_in_the_pickle():
+    # The kernel is a process that already ended: the file would outlive everyone.
+    pid = gone_pid()
+    tensor = torch.ones(MB)
+    payload = results.dumps(tensor, pid)
+    assert len(payload) > tensor.nbytes
+    assert files_of(pid) == {}
