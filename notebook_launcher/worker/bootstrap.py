@@ -12,6 +12,7 @@ from typing import Any
 import cloudpickle
 import torch
 
+from ..backends import shared_memory
 from ..integrations import prepare_worker as prepare_integrations
 from ..protocol import results
 from ..protocol.channel import EventChannel
@@ -22,7 +23,7 @@ from ..protocol.spec import WorkerSpec
 from ..state import reset_state
 from ..utils.processes import die_with_parent
 from ..utils.tree import to_cpu
-from . import live
+from . import exit_barrier, live, stopping
 
 
 def torchrun_environment(ctx: WorkerContext, spec: WorkerSpec) -> dict[str, str]:
@@ -171,12 +172,21 @@ def run_worker(
 ) -> None:
     """Entry point of every worker process (the target of ``Process``)."""
     die_with_parent(spec.parent_pid)
+    stopping.stop_on_signal()
+    forked = spec.start_method == "fork"
+    if forked:
+        stopping.forget_inherited_exit_handlers()
     redirect_streams(stdout_conn, stderr_conn)
     set_up_process(spec)
     channel = EventChannel(event_conn)
     set_context(dataclasses.replace(spec.context, channel=channel))
     code = call_function(spec, payload, channel)
+    shared_memory.depart()  # a peer waiting for this rank in a collective raises at once
+    if code == 0:  # a rank that failed or was stopped ends at once: the kernel stops the rest
+        exit_barrier.wait_for_all_ranks(spec.context.restart_count)  # peers may still be joining
     shutdown_process_group()
+    if forked:
+        stopping.run_exit_handlers()
     flush_streams()
     event_conn.close()
     sys.exit(code)
