@@ -47,6 +47,7 @@ import struct
 import sys
 import time
 import uuid
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -165,6 +166,8 @@ class SharedMemoryExchange:
         self._step = 0
         pids = {r: pid for r, pid in enumerate(header[PID::LINE_WORDS]) if r != rank and pid > 0}
         self._peers = _Peers(pids)
+        self._pid_words = header[PID::LINE_WORDS]  # negative: that rank has left the job
+        _OPEN.add(self)
         # A hook the user registered on the model after ours: DDP takes one hook only, so ours
         # hands each bucket to it (see ``register_ddp_hook`` in :mod:`.cpu`).
         self.delegate: tuple[Any, Any] | None = None
@@ -425,8 +428,19 @@ class SharedMemoryExchange:
                 )
             pause = min(LONGEST_SLEEP, pause * 2 or 50e-6)
             ended = self._peers.ended(pause)
+            ended += self._departed()
             if ended:
                 self._peer_ended(step, ended)
+
+    def _departed(self) -> list[int]:
+        """The peers whose function returned (their process may wait to exit, see
+        :func:`depart`): they will never publish another step."""
+        return [r for r in self._peers.pids if self._pid_words[r] < 0]
+
+    def depart(self) -> None:
+        """Tell the peers this rank's function returned: none of its steps will follow."""
+        if self._pid_words is not None:
+            self._pid_words[self.rank] = -os.getpid()
 
     def _peer_ended(self, step: int, ended: list[int]) -> None:
         """Some peers' processes are gone: raise if one of them never published ``step``."""
@@ -443,6 +457,10 @@ class SharedMemoryExchange:
 
     def close(self) -> None:
         """Release the mapping (tensors viewing it must be gone)."""
+        _OPEN.discard(self)
+        if self._pid_words is not None:
+            self._pid_words.release()
+            self._pid_words = None
         self._views.clear()
         self._peers.close()
         for records in self._records:
@@ -455,6 +473,18 @@ class SharedMemoryExchange:
             self._mapping.close()
         except BufferError:  # a tensor still views it: unmapped when that tensor goes
             pass
+
+
+# The exchanges this process has open, to tell their peers when its function returned.
+_OPEN: weakref.WeakSet[SharedMemoryExchange] = weakref.WeakSet()
+
+
+def depart() -> None:
+    """This rank's function returned: every exchange it has open tells its peers, so a peer
+    still waiting in a collective for it raises at once rather than waiting for this process
+    to end (it may wait for its peers before it exits)."""
+    for exchange in list(_OPEN):
+        exchange.depart()
 
 
 class _Peers:

@@ -14,6 +14,7 @@ from ..protocol.context import WorkerContext
 from ..protocol.results import Received
 from ..protocol.spec import WorkerSpec
 from .errors import AttemptFailed
+from .group import WorkerGroup
 from .launchers import LAUNCHERS, Launcher, WorkerHandle
 from .output import OutputSink
 from .plan import LaunchPlan
@@ -118,6 +119,7 @@ def _attempt(
                 # Another node's ranks are unseen: one of them may still be computing.
                 deadlock_after=None if plan.multi_node else DEADLOCK_AFTER,
                 stall_notice=plan.stall_notice,
+                stop_grace=plan.stop_grace,
             )
             payloads = supervisor.run(deadline)
         except KeyboardInterrupt:
@@ -125,9 +127,12 @@ def _attempt(
         finally:
             with interrupts_deferred():
                 # Whatever happened, nothing of this attempt survives it.
-                if supervisor is None:
-                    supervisor = Supervisor(handles, sink, plan.stall_timeout, 0.1, listeners)
-                supervisor.teardown()
+                if supervisor is not None:
+                    supervisor.teardown()
+                else:
+                    WorkerGroup(handles, sink, listeners, stop_grace=plan.stop_grace).teardown(
+                        "interrupted", requested=True
+                    )
         if interrupted:
             # A fresh exception, without the supervisor's frame the signal happened to hit:
             # that frame says nothing to the user, and on Python 3.11 it can sit at a bytecode
@@ -157,4 +162,5 @@ def _spec(plan: LaunchPlan, local_rank: int, port: int, restart: int) -> WorkerS
         threads=plan.threads_per_process,
         rdzv_id=plan.rdzv_id,
         max_restarts=plan.max_restarts,
+        start_method=plan.start_method,
     )
