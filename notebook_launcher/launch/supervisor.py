@@ -159,7 +159,9 @@ class Supervisor:
         group.pump(0)  # whatever else already arrived decides which failure came first
         failed = group.with_status(RankStatus.FAILED)
         primary = min(failed, key=_failure_order)
-        others = [h for h in self.handles if h is not primary and h.status.active]
+        # Ranks that failed only because the primary did (a closed connection) count as
+        # stopped by it too: the panels blame the primary, the report lists them.
+        others = [h for h in self.handles if h is not primary and h.status != RankStatus.FINISHED]
         stopped = tuple(h.rank for h in others)
         group.stop(others, f"rank {primary.rank} failed", blamed=(primary.rank,))
         group.await_exits([primary], EXIT_GRACE)

@@ -28,6 +28,9 @@ class RankStatus(str, Enum):
     def __str__(self) -> str:
         return self.value
 
+    def __repr__(self) -> str:  # shown in notebooks as the plain name it compares equal to
+        return repr(self.value)
+
 
 def next_status(status: RankStatus, event: object) -> RankStatus:
     """The status of a rank in ``status`` once ``event`` (about that rank) arrived.

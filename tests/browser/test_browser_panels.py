@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -102,7 +103,8 @@ def test_a_quiet_rank_is_named_in_the_panel_and_the_cell_while_the_run_goes_on(t
         run_all(page)
         poll(page, NOTICE, 0, lambda text: text and "no progress" in text, timeout=60)
         notice = page.evaluate(NOTICE, 0)
-        assert notice.startswith("no progress for 2 s — in stalls (")
+        # Its own quiet time: at least the 2 s the whole job was quiet for.
+        assert re.match(r"no progress for [2-9] s — in stalls \(", notice), notice
         assert page.evaluate(STATES, 0)[1] == "running"  # named, not stopped
         output = page.locator(".jp-Cell").nth(1).locator(".jp-OutputArea")
         stderr = output.locator('[data-mime-type="application/vnd.jupyter.stderr"]')
