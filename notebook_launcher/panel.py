@@ -1,6 +1,7 @@
 """The config panel: pick the launch settings, see the plan, start and stop runs with buttons.
 
-It sits above the launcher: it plans with :func:`notebook_launcher.plan_launch` and runs the plan
+It sits above the launcher: it keeps a :class:`LaunchSettings` record (the widgets' values over
+the options it was given), plans it with :func:`notebook_launcher.plan_launch` and runs it
 in the background as :func:`notebook_launcher.launch_in_background` does; the launcher never
 imports it. The Launch button returns at once (the run is supervised from a
 background thread, as button clicks are not handled while a cell runs), so Stop works during a run.
@@ -17,9 +18,10 @@ from typing import Any
 from .backends import backend_for, launch_backend
 from .launch.background import LaunchHandle, start_in_background
 from .launch.launchers import START_METHODS
-from .launch.plan import OUTPUT_CHOICES, LaunchPlan
+from .launch.plan import LaunchPlan
+from .launch.planner import plan_launch
 from .launch.preflight import check_args, check_function
-from .launch.settings import plan_launch
+from .launch.settings import DEFAULTS, OUTPUT_CHOICES, LaunchSettings
 from .ui.widgets import widget_bundle
 from .utils.enums import MIXED_PRECISION_CHOICES
 from .utils.environment import in_kernel
@@ -93,11 +95,11 @@ class LaunchPanel:
         args: tuple = (),
         *,
         num_processes: int | None = None,
-        mixed_precision: str = "no",
-        start_method: str = "fork",
-        timeout: float | None = None,
-        stall_timeout: float | None = 900.0,
-        output: str = "all",
+        mixed_precision: str = DEFAULTS.mixed_precision,
+        start_method: str = DEFAULTS.start_method,
+        timeout: float | None = DEFAULTS.timeout,
+        stall_timeout: float | None = DEFAULTS.stall_timeout,
+        output: str = DEFAULTS.output,
         max_processes: int | None = None,
         **options: Any,
     ) -> None:
@@ -114,11 +116,11 @@ class LaunchPanel:
             num_processes = max_processes
         if "ui" in options:
             raise TypeError("ui= is not valid here: the panel always shows widgets")
-        self.options = options
         self.handle: LaunchHandle | None = None
         self.display_id: str | None = None  # of the output under the panel that keeps a run
-        # Every setting is checked once now, so a bad one is reported where it was written.
-        plan_launch(
+        # Every setting is checked once now, so a bad one is reported where it was written;
+        # the widgets then change only their own settings of this record.
+        self.base = LaunchSettings.from_options(
             num_processes=num_processes,
             mixed_precision=mixed_precision,
             start_method=start_method,
@@ -127,6 +129,7 @@ class LaunchPanel:
             output=output,
             **options,
         )
+        plan_launch(self.base)  # what this machine cannot do is refused here too
         if num_processes > max_processes:
             raise ValueError(
                 f"num_processes={num_processes!r} is not valid: this panel offers at most "
@@ -181,21 +184,20 @@ class LaunchPanel:
         settings = widgets.HBox([widgets.VBox(controls), self.plan])
         self.widget = widgets.VBox([self.title, settings, buttons, self.runs])
 
-    def settings(self) -> dict[str, Any]:
-        """The current settings as :func:`notebook_launcher` keywords."""
-        return {
-            "num_processes": self.num_processes.value,
-            "mixed_precision": self.mixed_precision.value,
-            "start_method": self.start_method.value,
-            "timeout": self.timeout.value or None,
-            "stall_timeout": self.stall_timeout.value or None,
-            "output": self.output.value,
-            **self.options,
-        }
+    def settings(self) -> LaunchSettings:
+        """The current settings: the widgets' values over the options the panel was given."""
+        return self.base.replace(
+            num_processes=self.num_processes.value,
+            mixed_precision=self.mixed_precision.value,
+            start_method=self.start_method.value,
+            timeout=self.timeout.value or None,
+            stall_timeout=self.stall_timeout.value or None,
+            output=self.output.value,
+        )
 
     def _refresh_plan(self) -> None:
         try:
-            plan = plan_launch(**self.settings())
+            plan = plan_launch(self.settings())
         except (TypeError, ValueError) as exc:
             self.plan.value = f'<span style="color:#d62728">{html.escape(str(exc))}</span>'
             return
@@ -216,8 +218,8 @@ class LaunchPanel:
         if self.running:
             return self.handle
         try:
-            plan = plan_launch(**self.settings(), ui="widgets")
-            handle = start_in_background(self.function, self.args, plan, show=False)
+            settings = self.settings().replace(ui="widgets")
+            handle = start_in_background(self.function, self.args, settings, show=False)
         except Exception as exc:  # shown in the panel: a button has nowhere else to raise to
             self.message.value = _error_html(exc)
             return None

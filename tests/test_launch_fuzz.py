@@ -16,7 +16,7 @@ from processtree import live_descendants
 from notebook_launcher import notebook_launcher as launch
 from notebook_launcher import plan_launch
 from notebook_launcher.backends import CpuBackend
-from notebook_launcher.launch.settings import MAX_PROCESSES_ENV
+from notebook_launcher.launch.planner import MAX_PROCESSES_ENV
 from notebook_launcher.protocol import names
 from notebook_launcher.utils.environment import available_cpu_count, cuda_device_count
 

@@ -189,19 +189,34 @@ def test_cuda_initialised_in_kernel_is_refused_on_a_gpu(tmp_path):
     assert "start_method='spawn'" in done.stdout
 
 
-def test_plan_launch_takes_the_launchers_settings_and_starts_nothing():
+def test_every_default_comes_from_the_settings_record():
+    import dataclasses
     import inspect
 
-    settings = {
+    from notebook_launcher import LaunchPanel, LaunchSettings
+
+    defaults = {
         name: param.default
         for name, param in inspect.signature(launch).parameters.items()
         if name not in ("function", "args")
     }
-    planned = inspect.signature(plan_launch).parameters
-    assert {name: planned[name].default for name in settings} == settings
-    assert set(planned) - set(settings) == {"backend"}
-    plan = plan_launch(num_processes=2, mixed_precision="bf16", ui="none", stall_timeout=None)
-    assert (plan.world_size, plan.device, plan.start_method) == (2, "cpu", "fork")
-    assert (plan.mixed_precision, plan.ui, plan.stall_timeout) == ("bf16", "none", None)
+    assert set(defaults) == {field.name for field in dataclasses.fields(LaunchSettings)}
+    assert LaunchSettings(**defaults) == LaunchSettings()  # "29500" and 29500 are one port
+    panel = inspect.signature(LaunchPanel).parameters
+    for name in ("mixed_precision", "start_method", "timeout", "stall_timeout", "output"):
+        assert panel[name].default == getattr(LaunchSettings(), name), name
+
+
+def test_plan_launch_takes_a_record_or_keywords_and_starts_nothing():
+    from notebook_launcher import LaunchSettings
+
+    settings = LaunchSettings(num_processes=2, mixed_precision="bf16", stall_timeout=None)
+    for plan in (plan_launch(settings), plan_launch(**vars(settings))):
+        assert (plan.world_size, plan.device, plan.start_method) == (2, "cpu", "fork")
+        assert (plan.mixed_precision, plan.stall_timeout) == ("bf16", None)
+        assert not hasattr(plan, "ui")  # the view is chosen from the settings, not planned
+    assert plan_launch(settings, timeout=5).timeout == 5.0
     with pytest.raises(ValueError, match="ui='web' is not valid"):
         plan_launch(num_processes=2, ui="web")
+    with pytest.raises(TypeError, match="bogus is not a setting of notebook_launcher"):
+        plan_launch(num_processes=2, bogus=1)

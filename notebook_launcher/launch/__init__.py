@@ -17,8 +17,9 @@ from .errors import (
     WorkerStalledError,
 )
 from .plan import LaunchPlan
+from .planner import plan_launch
 from .result import LaunchResult
-from .settings import plan_launch
+from .settings import LaunchSettings
 
 __all__ = [
     "DeadlockError",
@@ -27,6 +28,7 @@ __all__ = [
     "LaunchHandle",
     "LaunchPlan",
     "LaunchResult",
+    "LaunchSettings",
     "LaunchStoppedError",
     "LaunchTimeoutError",
     "NodesMissingError",

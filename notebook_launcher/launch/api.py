@@ -1,5 +1,6 @@
-"""The blocking entry points: validate and plan (:func:`plan_launch`), then run the plan in this
-thread (:mod:`.runner`: preflight -> launcher -> supervise -> result) with its view."""
+"""The blocking entry points: the settings (:class:`LaunchSettings`) planned
+(:func:`plan_launch`) and checked (:func:`run_preflight`), then run in this thread (:mod:`.runner`:
+launcher -> worker group -> supervisor -> result) with their view."""
 
 from __future__ import annotations
 
@@ -9,45 +10,41 @@ from typing import Any
 from ..backends import CpuBackend
 from ..ui import RunPanel, create_view
 from . import exclusive
-from .plan import (
-    DEFAULT_RDZV_TIMEOUT,
-    DEFAULT_STALL_NOTICE,
-    DEFAULT_STALL_TIMEOUT,
-    DEFAULT_STOP_GRACE,
-    LaunchPlan,
-)
-from .preflight import check_args, check_function
+from .plan import LaunchPlan
+from .planner import plan_launch
+from .preflight import check_args, check_function, run_preflight
 from .result import LaunchResult
 from .runner import launch
-from .settings import plan_launch
+from .settings import DEFAULTS as D
+from .settings import LaunchSettings
 
 
 def notebook_launcher(
     function: Callable[..., Any],
     args: tuple = (),
-    num_processes: int | None = None,
-    mixed_precision: str = "no",
-    use_port: str | int = "29500",
-    master_addr: str = "127.0.0.1",
-    node_rank: int = 0,
-    num_nodes: int = 1,
-    rdzv_backend: str = "static",
-    rdzv_endpoint: str = "",
+    num_processes: int | None = D.num_processes,
+    mixed_precision: str = D.mixed_precision,
+    use_port: str | int = str(D.use_port),
+    master_addr: str = D.master_addr,
+    node_rank: int = D.node_rank,
+    num_nodes: int = D.num_nodes,
+    rdzv_backend: str = D.rdzv_backend,
+    rdzv_endpoint: str = D.rdzv_endpoint,
     rdzv_conf: dict | None = None,
-    rdzv_id: str = "none",
-    max_restarts: int = 0,
-    monitor_interval: float = 0.1,
+    rdzv_id: str = D.rdzv_id,
+    max_restarts: int = D.max_restarts,
+    monitor_interval: float = D.monitor_interval,
     log_line_prefix_template: str | None = None,
     *,
-    start_method: str = "fork",
-    timeout: float | None = None,
-    stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
-    stall_notice: float | None = DEFAULT_STALL_NOTICE,
-    stop_grace: float = DEFAULT_STOP_GRACE,
-    threads_per_process: int | None = None,
-    output: str = "all",
-    ui: str = "auto",
-    rdzv_timeout: float = DEFAULT_RDZV_TIMEOUT,
+    start_method: str = D.start_method,
+    timeout: float | None = D.timeout,
+    stall_timeout: float | None = D.stall_timeout,
+    stall_notice: float | None = D.stall_notice,
+    stop_grace: float = D.stop_grace,
+    threads_per_process: int | None = D.threads_per_process,
+    output: str = D.output,
+    ui: str = D.ui,
+    rdzv_timeout: float = D.rdzv_timeout,
 ) -> LaunchResult:
     """Run ``function(*args)`` in ``num_processes`` worker processes and return every result.
 
@@ -146,7 +143,7 @@ def notebook_launcher(
     """
     check_function(function)
     call_args = check_args(args)
-    plan = plan_launch(
+    settings = LaunchSettings(
         num_processes=num_processes,
         mixed_precision=mixed_precision,
         use_port=use_port,
@@ -155,6 +152,7 @@ def notebook_launcher(
         num_nodes=num_nodes,
         rdzv_backend=rdzv_backend,
         rdzv_endpoint=rdzv_endpoint,
+        rdzv_conf=rdzv_conf,
         rdzv_id=rdzv_id,
         max_restarts=max_restarts,
         monitor_interval=monitor_interval,
@@ -166,11 +164,10 @@ def notebook_launcher(
         stop_grace=stop_grace,
         threads_per_process=threads_per_process,
         output=output,
-        rdzv_conf=rdzv_conf,
-        rdzv_timeout=rdzv_timeout,
         ui=ui,
+        rdzv_timeout=rdzv_timeout,
     )
-    return run_with_view(function, call_args, plan)
+    return run_with_view(function, call_args, settings)
 
 
 def debug_launcher(function: Callable[..., Any], args: tuple = (), num_processes: int = 2):
@@ -184,20 +181,30 @@ def debug_launcher(function: Callable[..., Any], args: tuple = (), num_processes
     """
     check_function(function)
     call_args = check_args(args)
-    plan = plan_launch(num_processes=num_processes, backend=CpuBackend())
+    plan = plan_launch(LaunchSettings(num_processes=num_processes), backend=CpuBackend())
     exclusive.claim(exclusive.describe("foreground", function, plan.num_processes))
     try:
-        return launch(function, call_args, plan)
+        return launch(function, call_args, run_preflight(function, call_args, plan))
     finally:
         exclusive.release()
 
 
-def run_with_view(function: Callable[..., Any], args: tuple, plan: LaunchPlan) -> LaunchResult:
-    """Run a validated plan in this thread with its view (status table, charts or console
-    status) attached, as :func:`notebook_launcher` does."""
+def run_with_view(
+    function: Callable[..., Any],
+    args: tuple,
+    settings: LaunchSettings,
+    plan: LaunchPlan | None = None,
+) -> LaunchResult:
+    """Plan ``settings`` (unless ``plan`` is given), check the kernel, and run the plan in this
+    thread with the view ``settings.ui`` names (status table, charts or console status)
+    attached, as :func:`notebook_launcher` does. The checks come before anything is shown."""
+    plan = plan or plan_launch(settings)
     exclusive.claim(exclusive.describe("foreground", function, plan.num_processes))
     try:
-        view = create_view(plan.ui, plan.num_processes, plan.output, first_rank=plan.global_rank(0))
+        plan = run_preflight(function, args, plan)
+        view = create_view(
+            settings.ui, plan.num_processes, plan.output, first_rank=plan.global_rank(0)
+        )
         try:
             result = launch(function, args, plan, listeners=(view,))
         finally:

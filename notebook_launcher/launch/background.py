@@ -18,10 +18,11 @@ from ..ui import RunPanel, create_view
 from . import exclusive
 from .errors import LaunchStoppedError
 from .plan import LaunchPlan
+from .planner import plan_launch
 from .preflight import check_args, check_function, run_preflight
 from .result import LaunchResult
 from .runner import launch
-from .settings import plan_launch
+from .settings import LaunchSettings
 
 EXIT_STOP_WAIT = 5.0  # seconds an exiting interpreter waits for each run it stops
 _running: weakref.WeakSet[LaunchHandle] = weakref.WeakSet()
@@ -187,18 +188,23 @@ def _check_timeout(timeout: object) -> None:
 
 
 def start_in_background(
-    function: Callable[..., Any], args: tuple, plan: LaunchPlan, *, show: bool = True
+    function: Callable[..., Any],
+    args: tuple,
+    settings: LaunchSettings,
+    *,
+    show: bool = True,
 ) -> LaunchHandle:
-    """Run a validated plan (see :func:`plan_launch`) from a background thread; return its handle.
+    """Plan ``settings`` and run the plan from a background thread; return its handle.
 
-    The preflight checks run here, so a launch they refuse raises now, not later in the thread.
-    ``show=False`` leaves placing the view's widget to the caller (the config panel).
+    The preflight checks run here, once, so a launch they refuse raises now, not later in the
+    thread. ``show=False`` leaves placing the view's widget to the caller (the config panel).
     """
+    plan = plan_launch(settings)
     exclusive.claim(exclusive.describe("background", function, plan.num_processes))
     try:
         plan = run_preflight(function, args, plan)
         view = create_view(
-            plan.ui,
+            settings.ui,
             plan.num_processes,
             plan.output,
             first_rank=plan.global_rank(0),
@@ -238,8 +244,8 @@ def launch_in_background(
     """
     check_function(function)
     call_args = check_args(args)
-    plan = plan_launch(num_processes=num_processes, **options)
-    return start_in_background(function, call_args, plan)
+    settings = LaunchSettings.from_options(num_processes=num_processes, **options)
+    return start_in_background(function, call_args, settings)
 
 
 @atexit.register

@@ -15,12 +15,12 @@ from ..protocol.events import OutputLine, WorkerExited, WorkerFinished, WorkerSt
 from ..protocol.status import RankStatus, next_status
 from .launchers import WorkerHandle
 from .output import OutputSink
-from .plan import DEFAULT_STOP_GRACE
 from .processes import kill_tree
+from .settings import DEFAULTS
 from .stacks import trim_kernel_frames
 
 logger = logging.getLogger(__name__)
-STOP_GRACE = DEFAULT_STOP_GRACE  # seconds a stopped rank has for its finally blocks
+STOP_GRACE = DEFAULTS.stop_grace  # seconds a stopped rank has for its finally blocks
 DRAIN_LIMIT = 1.0  # how long to wait for the last output of stopped workers
 STACK_DUMP_WAIT = 2.0  # how long to wait for every rank's stack after asking for it
 STACK_QUIET = 0.2  # a rank's stack is complete once it has been quiet this long

@@ -1,24 +1,16 @@
-"""LaunchPlan: every decision about a launch, validated once (see :mod:`.settings`), frozen,
-passed explicitly."""
+"""LaunchPlan: every decision about a launch (made by :mod:`.planner` from the user's
+:class:`~.settings.LaunchSettings`), frozen, passed explicitly."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-RDZV_BACKENDS = ("static", "c10d")
-OUTPUT_CHOICES = ("all", "main", "none")
-DEFAULT_PREFIX_TEMPLATE = "[rank{rank}] "
-DEFAULT_MULTINODE_PREFIX_TEMPLATE = "[node{node_rank}:{local_rank} rank{rank}] "
-DEFAULT_STALL_TIMEOUT = 900.0  # seconds without progress of any rank before the job is stalled
-DEFAULT_STALL_NOTICE = 60.0  # seconds without progress before the cell and panel say so
-DEFAULT_STOP_GRACE = 3.0  # seconds a stopped rank has for its finally blocks before SIGKILL
-DEFAULT_RDZV_TIMEOUT = 300.0  # seconds every node waits for the others to arrive
 LOOPBACK = "127.0.0.1"
 
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """What a launch will do. Built by :func:`plan_launch`; never mutated."""
+    """What a launch will do. Built by :func:`~.planner.plan_launch`; never mutated."""
 
     num_processes: int  # processes on this node
     num_nodes: int
@@ -38,15 +30,14 @@ class LaunchPlan:
     threads_per_process: int
     output: str
     log_line_prefix_template: str
+    stall_notice: float | None  # quiet seconds before a notice; None: off
+    stop_grace: float  # seconds from the catchable stop signal to SIGKILL
+    rdzv_timeout: float  # seconds every node waits for the others to arrive
     rdzv_endpoint: str = ""  # "host:port" of the c10d rendezvous; "" for static
     rdzv_conf: tuple[tuple[str, object], ...] = ()  # sorted items of rdzv_conf
-    rdzv_timeout: float = DEFAULT_RDZV_TIMEOUT
-    ui: str = "auto"  # the live view: "auto", "widgets", "console" or "none"
     # start_method="auto": fork, switched to spawn where the kernel's state would break forked
     # workers (CUDA initialised) and the function and its arguments can travel by value.
     auto_start_method: bool = False
-    stall_notice: float | None = DEFAULT_STALL_NOTICE  # quiet seconds before a notice; None: off
-    stop_grace: float = DEFAULT_STOP_GRACE  # seconds from the catchable stop signal to SIGKILL
 
     @property
     def world_size(self) -> int:

@@ -1,4 +1,4 @@
-"""Running a validated plan: preflight, start, supervise, restart on failure, collect results."""
+"""Running a checked plan: start the workers, supervise them, restart on failure, collect results."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from .group import WorkerGroup
 from .launchers import LAUNCHERS, Launcher, WorkerHandle
 from .output import OutputSink
 from .plan import LaunchPlan
-from .preflight import run_preflight
 from .rendezvous import open_rendezvous
 from .result import LaunchResult
 from .signals import interrupts_deferred
@@ -35,13 +34,12 @@ def launch(
     stop: threading.Event | None = None,
     streams: tuple[Any, Any] | None = None,
 ) -> LaunchResult:
-    """Run a validated plan: preflight, start, supervise, restart on failure, collect results.
+    """Run a plan the preflight passed: start, supervise, restart on failure, collect results.
 
     ``listeners`` get every event; setting ``stop`` tears the run down (LaunchStoppedError);
     ``streams`` replace the kernel's stdout and stderr for worker lines.
     """
     names.reclaim_orphans()  # the shared memory of kernels that were killed
-    plan = run_preflight(function, args, plan)
     launcher = LAUNCHERS[plan.start_method]()
     launcher.prepare()
     payload = launcher.payload(function, args)

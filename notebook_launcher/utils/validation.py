@@ -93,3 +93,49 @@ def check_optional_callable(name: str, value: Any) -> Any:
     if value is not None and not callable(value):
         raise invalid(name, value, "expected a callable or None", TypeError)
     return value
+
+
+LONGEST_WAIT = 30 * 24 * 3600.0  # 30 days: the most any timeout may be
+
+
+def check_int_in(
+    name: str, value: object, minimum: int, maximum: int | None = None, why: str = ""
+) -> int:
+    """``value`` if it is an int (not a bool) from ``minimum`` to ``maximum``; ``why`` says
+    where the maximum comes from."""
+    allowed = (
+        f"expected an int >= {minimum}"
+        if maximum is None
+        else f"expected an int >= {minimum} and <= {maximum}"
+    )
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(name, value, allowed)
+    if value < minimum or (maximum is not None and value > maximum):
+        raise invalid(name, value, allowed + why)
+    return value
+
+
+def check_seconds(
+    name: str,
+    value: object,
+    allow_none: bool = True,
+    low: float = 0.0,
+    high: float = LONGEST_WAIT,
+) -> float | None:
+    """``value`` as a float number of seconds, > 0 and from ``low`` to ``high`` (or None)."""
+    if value is None and allow_none:
+        return None
+    allowed = (
+        f"expected a number of seconds > 0 (and <= {high:g})"
+        if low == 0
+        else f"expected a number of seconds > 0 (from {low:g} to {high:g})"
+    ) + (" or None" if allow_none else "")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise invalid(name, value, allowed)
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float
+        raise invalid(name, value, allowed) from None
+    if not math.isfinite(seconds) or seconds <= 0 or seconds < low or seconds > high:
+        raise invalid(name, value, allowed)
+    return seconds
