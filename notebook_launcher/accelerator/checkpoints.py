@@ -131,6 +131,15 @@ class Checkpoints:
         """Save everything needed to resume exactly: call it on every process.
 
         Hooks of :meth:`register_save_state_pre_hook` run first, with the models' state dicts.
+        The directory has Accelerate's layout, so Accelerate's ``load_state`` reads it (and
+        :meth:`load_state` reads Accelerate's).
+
+        Args:
+            output_dir: the directory (None with automatic checkpoint naming).
+            safe_serialization: write the models as safetensors rather than pickles.
+            **save_model_func_kwargs: accepted as Accelerate accepts them; Accelerate hands
+                them to DeepSpeed's ``save_checkpoint`` only, which has no counterpart in a
+                data-parallel job, so here, as in Accelerate's DDP jobs, nothing uses them.
 
         Returns:
             The directory written.
@@ -179,10 +188,19 @@ class Checkpoints:
         """Restore what :meth:`save_state` wrote; the next batch is the one after the checkpoint.
 
         Hooks of :meth:`register_load_state_pre_hook` run first, and choose the models filled.
+        A checkpoint written by Accelerate's ``save_state`` loads too.
+
+        Args:
+            input_dir: the directory (None: the latest automatic checkpoint).
+            load_kwargs: passed to ``torch.load`` for the optimizer and scheduler states.
+            **load_model_func_kwargs: passed to each model's ``load_state_dict`` (``strict=False``
+                loads the keys that match), except ``map_location``: "cpu" or "on_device", where
+                the optimizer states are loaded (default: the process's device).
 
         Raises:
-            TypeError: ``input_dir`` is not a path.
+            TypeError: ``input_dir`` is not a path, or an unknown keyword.
             FileNotFoundError: no checkpoint there.
+            RuntimeError: the weights do not fit the model (missing or unexpected keys).
         """
         config = self.project_configuration
         if input_dir is None:
@@ -203,7 +221,9 @@ class Checkpoints:
             objects.load_into = list(self.prepared.models)
             for hook in list(self._load_hooks.values()):
                 hook(objects.load_into, input_dir)
-        self.gradients.step = load_training_state(input_dir, objects, dict(load_kwargs or {}))
+        self.gradients.step = load_training_state(
+            input_dir, objects, dict(load_kwargs or {}), load_model_func_kwargs
+        )
         self.state.wait_for_everyone()
 
     def unwrap_model(

@@ -43,7 +43,7 @@ from .settings import (
     check_rng_types,
     read_handlers,
 )
-from .trackers import Trackers, resolve_trackers
+from .trackers import Trackers, add_notebook_tracker, resolve_trackers
 
 
 def _delegate(part: str, method: Callable[..., Any]) -> Callable[..., Any]:
@@ -82,7 +82,9 @@ class Accelerator:
         deepspeed_plugin, fsdp_plugin, torch_tp_plugin, megatron_lm_plugin,
             deepspeed_plugins, parallelism_config: must be None (NotImplementedError).
         rng_types: generators synchronised at each epoch (default ``["generator"]``).
-        log_with: tracker names ("notebook", "tensorboard", "all") or ``GeneralTracker``s.
+        log_with: tracker names ("notebook", "tensorboard", "wandb", "mlflow", "all") or
+            tracker objects (``GeneralTracker``s, this package's or Accelerate's). In a
+            launched worker the notebook tracker is added (the live panels' charts).
         project_dir: where checkpoints and logs go.
         project_config: a :class:`ProjectConfiguration`.
         gradient_accumulation_plugin: a ``GradientAccumulationPlugin`` (instead of
@@ -182,7 +184,7 @@ class Accelerator:
             accumulation_plugin(gradient_accumulation_steps, gradient_accumulation_plugin)
         )
         self.rng_types = check_rng_types(rng_types)
-        self.log_with = resolve_trackers(log_with, self.logging_dir)
+        self.log_with = add_notebook_tracker(resolve_trackers(log_with, self.logging_dir))
         # The parts, each with one job, sharing what was prepared.
         self._prepared = Prepared()
         scaler = make_scaler(self.device, self.state.mixed_precision, self.scaler_handler)

@@ -8,6 +8,11 @@ Layout of a checkpoint directory (the names Accelerate uses where it has them):
   ``save_on_each_node``);
 - ``random_states_<rank>.pkl`` and ``dataloader_<i>_<rank>.bin``: one per process, since each
   process has its own random generators.
+
+Model weights are written as the prepared model's state dict (with a DistributedDataParallel
+``module.`` prefix in a job of several processes) and the random states as a ``torch.save``
+file with Accelerate's keys, so that Accelerate's ``load_state`` reads a checkpoint written here
+and ``load_state`` here reads one Accelerate wrote (a prefix is removed when the model has none).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import os
 import pickle
 import random
 import re
+import zipfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,33 +80,67 @@ def model_file(index: int, safe_serialization: bool) -> str:
     return _suffix(MODEL_NAME, index, "bin")
 
 
+# This process's random generators under the keys Accelerate's checkpoints use, so that each
+# side restores the other's: (key, torch module of a device, or None for the CPU generators).
+_RNG_KEYS = {
+    "random": "random_state",
+    "numpy": "numpy_random_seed",
+    "torch": "torch_manual_seed",
+    "cuda": "torch_cuda_manual_seed",
+    "xpu": "torch_xpu_manual_seed",
+}
+
+
 def capture_rng_states() -> dict[str, Any]:
-    """This process's random states: Python, NumPy, torch, and initialised accelerators."""
-    states: dict[str, Any] = {"random": random.getstate(), "torch": torch.get_rng_state()}
+    """This process's random states: Python, NumPy, torch, and initialised accelerators.
+
+    The keys are those of Accelerate's ``random_states_<rank>.pkl``.
+    """
+    states: dict[str, Any] = {
+        _RNG_KEYS["random"]: random.getstate(),
+        _RNG_KEYS["torch"]: torch.get_rng_state(),
+    }
     try:
         import numpy
     except ImportError:
         pass
     else:
-        states["numpy"] = numpy.random.get_state()
+        states[_RNG_KEYS["numpy"]] = numpy.random.get_state()
     for name in _DEVICE_RNGS:
+        # Only an initialised device: asking an uninitialised one would initialise it (CUDA
+        # in a forked worker cannot be).
         module = getattr(torch, name, None)
         if module is not None and module.is_initialized():
-            states[name] = module.get_rng_state_all()
+            states[_RNG_KEYS[name]] = module.get_rng_state_all()
     return states
 
 
+def _state(states: dict[str, Any], name: str) -> Any:
+    """The saved state of generator ``name``: under Accelerate's key, or the older short one."""
+    return states.get(_RNG_KEYS[name], states.get(name))
+
+
 def restore_rng_states(states: dict[str, Any]) -> None:
-    """Put back what :func:`capture_rng_states` returned."""
-    random.setstate(states["random"])
-    torch.set_rng_state(states["torch"])
-    if "numpy" in states:
+    """Put back what :func:`capture_rng_states` returned (or Accelerate saved)."""
+    random.setstate(_state(states, "random"))
+    torch.set_rng_state(_state(states, "torch"))
+    if _state(states, "numpy") is not None:
         import numpy
 
-        numpy.random.set_state(states["numpy"])
+        numpy.random.set_state(_state(states, "numpy"))
     for name in _DEVICE_RNGS:
-        if name in states:
-            getattr(torch, name).set_rng_state_all(states[name])
+        saved = _state(states, name)
+        if saved is not None and getattr(torch, name).is_available():
+            getattr(torch, name).set_rng_state_all(saved)
+
+
+def read_rng_file(path: str) -> dict[str, Any]:
+    """A ``random_states_<rank>.pkl``: a ``torch.save`` archive (Accelerate's and this
+    package's), or a plain pickle (written by earlier releases of this package)."""
+    if zipfile.is_zipfile(path):
+        return torch.load(path, map_location="cpu", weights_only=False)
+    with open(path, "rb") as f:
+        return pickle.load(f)
 
 
 def _grads(model: Any) -> list[torch.Tensor | None]:
@@ -126,8 +166,8 @@ def save_training_state(
     os.makedirs(output_dir, exist_ok=True)
     shared = _writes_shared(save_on_each_node)
     weights = objects.weights
-    if weights is None:
-        weights = [extract_model_from_parallel(m).state_dict() for m in objects.prepared.models]
+    if weights is None:  # the wrapped models' own, as Accelerate writes them
+        weights = [m.state_dict() for m in objects.prepared.models]
     for i, state_dict in enumerate(weights):
         path = os.path.join(output_dir, model_file(i, safe_serialization))
         save(state_dict, path, save_on_each_node, safe_serialization)
@@ -151,8 +191,8 @@ def save_training_state(
         grads = [_grads(model) for model in objects.prepared.models]
         torch.save(grads, os.path.join(output_dir, f"gradients_{rank}.bin"))
     # Last, so that nothing above (a state_dict() that draws) shifts the saved generators.
-    with open(os.path.join(output_dir, f"{RNG_STATE_NAME}_{rank}.pkl"), "wb") as f:
-        pickle.dump({**capture_rng_states(), "step": objects.step}, f)
+    states = {"step": objects.step, **capture_rng_states()}
+    torch.save(states, os.path.join(output_dir, f"{RNG_STATE_NAME}_{rank}.pkl"))
     state.wait_for_everyone()
     return output_dir
 
@@ -163,11 +203,72 @@ def _load(path: str, map_location: Any, **kwargs: Any) -> Any:
             f"{path} is missing: the checkpoint was saved with fewer objects of this kind than "
             "are prepared now (prepare and register the same objects as when it was saved)"
         )
-    return torch.load(path, map_location=map_location, weights_only=False, **kwargs)
+    # Checkpoints hold optimizer and custom states, pickled objects: trusted files, as in
+    # Accelerate; ``load_kwargs`` may still ask for ``weights_only=True``.
+    return torch.load(path, map_location=map_location, **{"weights_only": False, **kwargs})
 
 
-def load_training_state(input_dir: str, objects: TrainingObjects, load_kwargs: dict) -> int:
+_WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DistributedDataParallel's, torch.compile's
+
+
+def _unprefixed(weights: dict[str, Any], expected: set[str]) -> dict[str, Any]:
+    """``weights`` with the wrappers' prefixes removed where the model expects plain names
+    (a checkpoint written from a wrapped model, by Accelerate or here, into a plain one)."""
+    if not weights or set(weights) & expected:
+        return weights
+    plain = {}
+    for key, value in weights.items():
+        while key not in expected and key.startswith(_WRAPPER_PREFIXES):
+            key = key.split(".", 1)[1]
+        plain[key] = value
+    return plain
+
+
+def _tied(model: torch.nn.Module) -> dict[str, set[str]]:
+    """For each state-dict name, the other names of the same tensor (tied weights)."""
+    by_tensor: dict[tuple[int, int], set[str]] = {}
+    state = model.state_dict(keep_vars=True)
+    for name, tensor in state.items():
+        if isinstance(tensor, torch.Tensor) and tensor.device.type != "meta":
+            key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+            by_tensor.setdefault(key, set()).add(name)
+    return {n: names - {n} for names in by_tensor.values() for n in names}
+
+
+def load_model_weights(
+    model: torch.nn.Module, weights: dict[str, Any], strict: bool = True, **kwargs: Any
+) -> Any:
+    """``model.load_state_dict(weights, strict, **kwargs)``, where a tied weight saved under one
+    of its names only (as Accelerate's safetensors files hold them) counts as present."""
+    weights = _unprefixed(dict(weights), set(model.state_dict()))
+    result = model.load_state_dict(weights, strict=False, **kwargs)
+    if strict:
+        tied = _tied(model)
+        missing = [k for k in result.missing_keys if not (tied.get(k, set()) & set(weights))]
+        if missing or result.unexpected_keys:
+            raise RuntimeError(
+                f"Error(s) in loading state_dict for {type(model).__name__}: missing keys "
+                f"{missing}, unexpected keys {result.unexpected_keys} (pass strict=False to "
+                "load_state to load the keys that match)"
+            )
+    return result
+
+
+def load_training_state(
+    input_dir: str,
+    objects: TrainingObjects,
+    load_kwargs: dict,
+    model_kwargs: dict | None = None,
+) -> int:
     """Restore ``objects`` and this process's random states from ``input_dir``.
+
+    Args:
+        input_dir: the checkpoint directory.
+        objects: what to fill.
+        load_kwargs: passed to ``torch.load`` for the optimizers and schedulers.
+        model_kwargs: passed to each model's ``load_state_dict`` (``strict``, ``assign``),
+            plus ``map_location``: "cpu" or "on_device", where optimizer states are put
+            (default: the process's device).
 
     Returns:
         The saved position in the accumulation window (``TrainingObjects.step``).
@@ -178,7 +279,11 @@ def load_training_state(input_dir: str, objects: TrainingObjects, load_kwargs: d
     if not os.path.isdir(input_dir):
         raise FileNotFoundError(f"input_dir={input_dir!r} is not a checkpoint directory")
     state = PartialState()
-    device = state.device
+    model_kwargs = dict(model_kwargs or {})
+    where = model_kwargs.pop("map_location", None)
+    if where not in (None, "cpu", "on_device"):
+        raise invalid("map_location", where, "expected None, 'cpu' or 'on_device'", TypeError)
+    device = "cpu" if where == "cpu" else state.device
     targets = objects.prepared.models if objects.load_into is None else objects.load_into
     for i, model in enumerate(targets):
         inner = extract_model_from_parallel(model)
@@ -189,7 +294,7 @@ def load_training_state(input_dir: str, objects: TrainingObjects, load_kwargs: d
             weights = load_file(safe, device="cpu")
         else:
             weights = _load(os.path.join(input_dir, model_file(i, False)), "cpu", **load_kwargs)
-        inner.load_state_dict(weights)
+        load_model_weights(inner, weights, **model_kwargs)
     for name, items in (
         ("optimizer", objects.prepared.optimizers),
         ("scheduler", objects.prepared.schedulers),
@@ -219,8 +324,7 @@ def load_training_state(input_dir: str, objects: TrainingObjects, load_kwargs: d
         raise FileNotFoundError(
             f"{rng_path} is missing: the checkpoint was saved by fewer processes than this job has"
         )
-    with open(rng_path, "rb") as f:
-        states = pickle.load(f)
+    states = read_rng_file(rng_path)
     restore_rng_states(states)
     return int(states.get("step", 0))
 

@@ -1,9 +1,12 @@
-"""Experiment trackers for the Accelerator: the notebook's live panels and TensorBoard.
+"""Experiment trackers for the Accelerator: the notebook's live panels, TensorBoard, W&B, MLflow.
 
 ``Accelerator(log_with="notebook")`` sends every ``accelerator.log(...)`` to the launching
 notebook over the launcher's event channel (:func:`notebook_launcher.log`), where the
-metrics panel charts each rank and their mean. ``log_with="tensorboard"`` writes event files
-with ``torch.utils.tensorboard`` when the ``tensorboard`` package is installed.
+metrics panel charts each rank and their mean; in a launched worker every Accelerator has this
+tracker after those of its ``log_with``, as Accelerate's has there (unless
+``NOTEBOOK_LAUNCHER_INTEGRATIONS`` leaves out ``accelerate``). ``log_with="tensorboard"`` writes
+event files with ``torch.utils.tensorboard``; ``"wandb"`` and ``"mlflow"`` are in
+:mod:`.tracker_adapters`. Tracker objects, this package's or Accelerate's, are taken as they are.
 """
 
 from __future__ import annotations
@@ -11,49 +14,19 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from ..protocol.context import current_context
 from ..utils.enums import LoggerType
 from ..utils.profiling import ProfileKwargs
 from ..utils.validation import invalid
 from ..worker import live
+from .tracker_adapters import MLflowTracker, WandBTracker
+from .tracker_base import GeneralTracker
 
 NOTEBOOK = "notebook"
-
-
-class GeneralTracker:
-    """The base of every tracker: subclass it to plug in your own.
-
-    Attributes:
-        name: the name ``get_tracker`` finds it by.
-        requires_logging_directory: whether it needs ``logging_dir``.
-        main_process_only: log on the main process only (else on every process).
-    """
-
-    name: str = "general"
-    requires_logging_directory: bool = False
-    main_process_only: bool = True
-
-    def __init__(self, _blank: bool = False) -> None:
-        self._blank = _blank
-
-    def start(self) -> None:
-        """Open the run (called by ``init_trackers``)."""
-
-    def store_init_configuration(self, values: dict) -> None:
-        """Record the run's settings (hyperparameters)."""
-
-    def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
-        """Record ``values`` at ``step``."""
-
-    def finish(self) -> None:
-        """Close the run (called by ``end_training``)."""
-
-    @property
-    def tracker(self) -> Any:
-        """The underlying run object (None for a blank tracker)."""
-        return None
 
 
 class NotebookTracker(GeneralTracker):
@@ -129,73 +102,128 @@ class TensorBoardTracker(GeneralTracker):
         self.writer.close()
 
 
-BUILT_IN: dict[str, type[GeneralTracker]] = {
-    NOTEBOOK: NotebookTracker,
-    "tensorboard": TensorBoardTracker,
+# The names log_with takes, each with the package it needs (None: none).
+PACKAGES: dict[str, str | None] = {
+    NOTEBOOK: None,
+    "tensorboard": "tensorboard",
+    "wandb": "wandb",
+    "mlflow": "mlflow",
 }
-_PACKAGES = {"tensorboard": "tensorboard", NOTEBOOK: None}
+_TRACKER_METHODS = ("start", "store_init_configuration", "log", "finish")
+
+
+def tracker_class(name: str) -> type[GeneralTracker]:
+    """The tracker class of a name of :data:`PACKAGES`."""
+    return {
+        NOTEBOOK: NotebookTracker,
+        "tensorboard": TensorBoardTracker,
+        "wandb": WandBTracker,
+        "mlflow": MLflowTracker,
+    }[name]
 
 
 def _available(name: str) -> bool:
-    package = _PACKAGES.get(name)
+    package = PACKAGES.get(name)
     return package is None or importlib.util.find_spec(package) is not None
 
 
-def resolve_trackers(log_with: Any, logging_dir: str | None) -> list[str | GeneralTracker]:
+def is_foreign_tracker(entry: Any) -> bool:
+    """Whether ``entry`` is a tracker object of another library: an instance of Accelerate's
+    ``GeneralTracker`` (looked up only if Accelerate is imported), or any object with a
+    ``name`` and the methods of a tracker."""
+    if isinstance(entry, GeneralTracker) or isinstance(entry, (str, bytes, LoggerType)):
+        return False
+    theirs = getattr(sys.modules.get("accelerate.tracking"), "GeneralTracker", None)
+    if isinstance(theirs, type) and isinstance(entry, theirs):
+        return True
+    return isinstance(getattr(entry, "name", None), str) and all(
+        callable(getattr(entry, method, None)) for method in _TRACKER_METHODS
+    )
+
+
+def _is_tracker(entry: Any) -> bool:
+    return isinstance(entry, GeneralTracker) or is_foreign_tracker(entry)
+
+
+def tracker_name(entry: Any) -> str:
+    """The name a tracker (or a tracker name) is found by."""
+    return entry if isinstance(entry, str) else entry.name
+
+
+def resolve_trackers(log_with: Any, logging_dir: str | None) -> list[Any]:
     """Check ``log_with`` and return the tracker names and instances to start.
 
+    Instances are this package's ``GeneralTracker`` subclasses, Accelerate's (``accelerate.
+    tracking.GeneralTracker`` subclasses) or any object with ``name``, ``start``,
+    ``store_init_configuration``, ``log`` and ``finish``.
+
     Raises:
-        TypeError: an entry is neither a name nor a ``GeneralTracker``.
-        ValueError: an unknown name, a tracker whose package is not installed, or one that
-            needs a logging directory when none was given.
-        NotImplementedError: a tracker Accelerate integrates that has no adapter here.
+        TypeError: an entry is neither a name nor a tracker.
+        ValueError: an unknown name or one without an adapter here (naming those supported),
+            a tracker whose package is not installed, or one that needs a logging directory
+            when none was given.
     """
     if log_with is None:
         return []
     entries = log_with if isinstance(log_with, (list, tuple)) else [log_with]
-    allowed = ", ".join(repr(n) for n in [NOTEBOOK, *LoggerType.list()])
-    chosen: list[str | GeneralTracker] = []
+    supported = ", ".join(repr(n) for n in [*PACKAGES, LoggerType.ALL.value])
+    supported += " or a GeneralTracker instance (Accelerate's too)"
+    chosen: list[Any] = []
     for entry in entries:
-        if isinstance(entry, GeneralTracker):
+        if _is_tracker(entry):
             chosen.append(entry)
             continue
         if isinstance(entry, LoggerType):  # not a str, as in Accelerate
             entry = entry.value
         if not isinstance(entry, str):
-            raise invalid("log_with", entry, f"expected a tracker name ({allowed})", TypeError)
+            raise invalid("log_with", entry, f"expected {supported}", TypeError)
         name = str(entry).lower()
         if name == LoggerType.ALL.value:
-            chosen.extend(n for n in BUILT_IN if _available(n) and n not in chosen)
+            chosen.extend(n for n in PACKAGES if _available(n) and n not in chosen)
             continue
-        if name not in BUILT_IN:
-            if name in LoggerType:
-                raise NotImplementedError(
-                    f"log_with={entry!r}: only 'notebook' and 'tensorboard' are built in; pass an "
-                    f"instance of a GeneralTracker subclass that wraps {name}"
-                )
-            raise invalid("log_with", entry, f"allowed values are {allowed}")
-        if BUILT_IN[name].requires_logging_directory and logging_dir is None:
+        if name not in PACKAGES:
+            why = "no adapter for it here" if name in LoggerType else "unknown tracker"
+            raise invalid(
+                "log_with",
+                entry,
+                f"{why}; supported: {supported} (wrap another library in a GeneralTracker "
+                "subclass)",
+            )
+        if tracker_class(name).requires_logging_directory and logging_dir is None:
             raise ValueError(
                 f"log_with={entry!r} writes files: pass project_dir=... (or a "
                 "ProjectConfiguration with logging_dir) to the Accelerator"
             )
         if not _available(name):
             raise ValueError(
-                f"log_with={entry!r} needs the {_PACKAGES[name]} package, which is not "
-                f"installed: pip install {_PACKAGES[name]}"
+                f"log_with={entry!r} needs the {PACKAGES[name]} package, which is not "
+                f"installed: pip install {PACKAGES[name]}"
             )
         if name not in chosen:
             chosen.append(name)
     return chosen
 
 
-def build_tracker(
-    entry: str | GeneralTracker, project_name: str, logging_dir: str | None, kwargs: dict
-) -> GeneralTracker:
+def add_notebook_tracker(chosen: list[Any]) -> list[Any]:
+    """``chosen`` with the notebook tracker last, in a launched worker (where Accelerate's
+    Accelerator gets one too), unless it is there or the integrations leave Accelerate out."""
+    context = current_context()
+    if context is None or context.channel is None:
+        return chosen
+    from ..integrations import enabled_integrations
+
+    if "accelerate" not in enabled_integrations():
+        return chosen
+    if any(tracker_name(entry) == NOTEBOOK for entry in chosen):
+        return chosen
+    return [*chosen, NOTEBOOK]
+
+
+def build_tracker(entry: Any, project_name: str, logging_dir: str | None, kwargs: dict) -> Any:
     """The started-to-be tracker for a name (or the instance itself)."""
-    if isinstance(entry, GeneralTracker):
+    if not isinstance(entry, str):
         return entry
-    cls = BUILT_IN[entry]
+    cls = tracker_class(entry)
     if cls.requires_logging_directory:
         return cls(project_name, logging_dir, **kwargs)
     return cls(project_name, **kwargs)
@@ -252,11 +280,15 @@ class Trackers:
         init_kwargs = init_kwargs or {}
         main = self.state.is_main_process
         for entry in self.log_with:
-            name = entry.name if isinstance(entry, GeneralTracker) else entry
-            tracker_cls = type(entry) if isinstance(entry, GeneralTracker) else None
-            if tracker_cls is None:
-                tracker_cls = BUILT_IN[entry]
-            if tracker_cls.main_process_only and not main:
+            name = tracker_name(entry)
+            if is_foreign_tracker(entry):
+                # Accelerate starts, feeds and finishes trackers on the main process only.
+                if not main:
+                    continue
+            elif isinstance(entry, str):
+                if tracker_class(entry).main_process_only and not main:
+                    continue
+            elif entry.main_process_only and not main:
                 continue
             tracker = build_tracker(
                 entry,

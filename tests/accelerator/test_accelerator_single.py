@@ -136,7 +136,7 @@ def test_every_other_public_name_of_accelerate_exists_with_its_kind():
         ({"megatron_lm_plugin": object()}, NotImplementedError, "megatron_lm_plugin"),
         ({"kwargs_handlers": [object()]}, TypeError, "kwargs_handlers"),
         ({"log_with": "nope"}, ValueError, "log_with='nope'"),
-        ({"log_with": "wandb"}, NotImplementedError, "wandb"),
+        ({"log_with": "comet_ml"}, ValueError, "log_with=.comet_ml.*supported"),
         ({"log_with": "tensorboard"}, ValueError, "project_dir"),
         ({"rng_types": "torch"}, TypeError, "rng_types='torch'"),
     ],

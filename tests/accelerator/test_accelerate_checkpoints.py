@@ -1,0 +1,224 @@
+"""Checkpoints interchange with Accelerate's: each side's ``load_state`` reads the other's
+``save_state`` (weights, optimizer, scheduler, random streams), and ``save_model`` files match."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import accelerate
+import numpy as np
+import pytest
+import torch
+from accelerate.state import AcceleratorState as TheirState
+from accelerate.state import GradientState as TheirGradientState
+from safetensors.torch import load_file
+
+from notebook_launcher import Accelerator
+from notebook_launcher.state import reset_state
+
+
+@pytest.fixture(autouse=True)
+def no_accelerate_state():
+    TheirState._reset_state(reset_partial_state=True)
+    TheirGradientState._reset_state()
+    yield
+    TheirState._reset_state(reset_partial_state=True)
+    TheirGradientState._reset_state()
+
+
+def _forget_theirs():
+    TheirState._reset_state(reset_partial_state=True)
+    TheirGradientState._reset_state()
+
+
+class Net(torch.nn.Module):
+    def __init__(self, tied: bool = False):
+        super().__init__()
+        self.embed = torch.nn.Embedding(7, 4)
+        self.hidden = torch.nn.Linear(4, 4)
+        self.out = torch.nn.Linear(4, 7, bias=False)
+        if tied:
+            self.out.weight = self.embed.weight
+
+    def forward(self, x):
+        return self.out(torch.relu(self.hidden(self.embed(x))))
+
+
+def _objects(seed: int, tied: bool = False):
+    torch.manual_seed(seed)
+    model = Net(tied)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    return model, optimizer, scheduler
+
+
+def _train(accelerator, model, optimizer, scheduler, steps: int = 3) -> None:
+    for step in range(steps):
+        x = torch.randint(0, 7, (5,), generator=torch.Generator().manual_seed(step))
+        loss = torch.nn.functional.cross_entropy(model(x), x)
+        accelerator.backward(loss)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+
+
+def _draws() -> tuple:
+    """The next values of every random stream a checkpoint restores."""
+    return (torch.rand(4).tolist(), random.random(), float(np.random.rand()))
+
+
+def _state(model, optimizer, scheduler) -> dict:
+    inner = getattr(model, "module", model)
+    return {
+        "weights": {k: v.clone() for k, v in inner.state_dict().items()},
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+    }
+
+
+def _assert_same(a: dict, b: dict) -> None:
+    assert a["weights"].keys() == b["weights"].keys()
+    for key in a["weights"]:
+        torch.testing.assert_close(a["weights"][key], b["weights"][key], rtol=0, atol=0)
+    assert a["scheduler"] == b["scheduler"]
+    opt_a, opt_b = a["optimizer"], b["optimizer"]
+    assert opt_a["param_groups"] == opt_b["param_groups"]
+    assert opt_a["state"].keys() == opt_b["state"].keys()
+    for index, entry in opt_a["state"].items():
+        for name, value in entry.items():
+            torch.testing.assert_close(value, opt_b["state"][index][name], rtol=0, atol=0)
+
+
+def _save_with_accelerate(directory: str, tied: bool = False) -> tuple[dict, tuple]:
+    theirs = accelerate.Accelerator(cpu=True)
+    objects = theirs.prepare(*_objects(0, tied))
+    _train(theirs, *objects)
+    theirs.save_state(directory)
+    expected = _state(*objects), _draws()
+    _forget_theirs()
+    return expected
+
+
+def test_accelerate_checkpoint_loads_here(tmp_path):
+    saved, draws = _save_with_accelerate(str(tmp_path / "ckpt"))
+    ours = Accelerator(cpu=True)
+    objects = ours.prepare(*_objects(1))
+    _train(ours, *objects, steps=1)  # something else, overwritten by the load
+    torch.manual_seed(99)
+    ours.load_state(str(tmp_path / "ckpt"))
+    _assert_same(_state(*objects), saved)
+    assert _draws() == draws
+
+
+def test_checkpoint_written_here_loads_in_accelerate(tmp_path):
+    ours = Accelerator(cpu=True)
+    objects = ours.prepare(*_objects(0))
+    _train(ours, *objects)
+    ours.save_state(str(tmp_path / "ckpt"))
+    saved, draws = _state(*objects), _draws()
+    reset_state()
+
+    theirs = accelerate.Accelerator(cpu=True)
+    loaded = theirs.prepare(*_objects(1))
+    torch.manual_seed(99)
+    theirs.load_state(str(tmp_path / "ckpt"))
+    _assert_same(_state(*loaded), saved)
+    assert _draws() == draws
+
+
+def test_training_resumed_across_packages_matches_an_uninterrupted_run(tmp_path):
+    ours = Accelerator(cpu=True)
+    objects = ours.prepare(*_objects(0))
+    _train(ours, *objects, steps=5)
+    uninterrupted = _state(*objects)
+    reset_state()
+
+    _save_with_accelerate(str(tmp_path / "ckpt"))  # the first 3 steps, in Accelerate
+    resumed = Accelerator(cpu=True)
+    objects = resumed.prepare(*_objects(2))
+    resumed.load_state(str(tmp_path / "ckpt"))
+    for step in (3, 4):  # the same two batches the uninterrupted run saw last
+        x = torch.randint(0, 7, (5,), generator=torch.Generator().manual_seed(step))
+        resumed.backward(torch.nn.functional.cross_entropy(objects[0](x), x))
+        objects[1].step()
+        objects[2].step()
+        objects[1].zero_grad()
+    _assert_same(_state(*objects), uninterrupted)
+
+
+def test_tied_weights_saved_by_accelerate_load_strictly(tmp_path):
+    saved, _ = _save_with_accelerate(str(tmp_path / "ckpt"), tied=True)
+    assert "out.weight" not in load_file(str(tmp_path / "ckpt" / "model.safetensors"))
+    ours = Accelerator(cpu=True)
+    model, optimizer, scheduler = ours.prepare(*_objects(1, tied=True))
+    ours.load_state(str(tmp_path / "ckpt"))
+    _assert_same(_state(model, optimizer, scheduler), saved)
+    assert model.out.weight is model.embed.weight
+
+
+def test_load_model_func_kwargs_reach_load_state_dict(tmp_path):
+    _save_with_accelerate(str(tmp_path / "ckpt"))
+    ours = Accelerator(cpu=True)
+    model, optimizer, scheduler = ours.prepare(*_objects(1))
+    model.extra = torch.nn.Linear(2, 2)  # not in the checkpoint
+    with pytest.raises(RuntimeError, match="extra.weight"):
+        ours.load_state(str(tmp_path / "ckpt"))
+    ours.load_state(str(tmp_path / "ckpt"), strict=False)
+    ours.load_state(str(tmp_path / "ckpt"), strict=False, map_location="cpu")
+    with pytest.raises(TypeError):
+        ours.load_state(str(tmp_path / "ckpt"), map_location="gpu0")
+
+
+def test_rng_file_is_a_torch_archive_with_accelerates_keys(tmp_path):
+    ours = Accelerator(cpu=True)
+    ours.prepare(*_objects(0))
+    ours.save_state(str(tmp_path / "ckpt"))
+    from accelerate.utils import load
+
+    states = load(str(tmp_path / "ckpt" / "random_states_0.pkl"))  # weights_only, as Accelerate
+    assert {"step", "random_state", "numpy_random_seed", "torch_manual_seed"} <= set(states)
+
+
+@pytest.mark.parametrize("shard", ["10GB", 200])
+@pytest.mark.parametrize("safe", [True, False])
+def test_save_model_writes_what_accelerate_writes(tmp_path, shard, safe):
+    theirs = accelerate.Accelerator(cpu=True)
+    model = theirs.prepare(_objects(0)[0])
+    theirs.save_model(
+        model, str(tmp_path / "theirs"), max_shard_size=shard, safe_serialization=safe
+    )
+    _forget_theirs()
+    ours = Accelerator(cpu=True)
+    model = ours.prepare(_objects(0)[0])
+    ours.save_model(model, str(tmp_path / "ours"), max_shard_size=shard, safe_serialization=safe)
+
+    names = sorted(os.listdir(tmp_path / "theirs"))
+    assert sorted(os.listdir(tmp_path / "ours")) == names
+
+    def read(folder):
+        tensors = {}
+        for name in names:
+            path = os.path.join(folder, name)
+            if name.endswith(".json"):
+                index = json.load(open(path))
+                tensors["weight_map"] = index["weight_map"]
+            elif safe:
+                tensors.update(load_file(path))
+            else:
+                tensors.update(torch.load(path, weights_only=True))
+        return tensors
+
+    a, b = read(tmp_path / "theirs"), read(tmp_path / "ours")
+    assert a.keys() == b.keys()
+    for key in a:
+        if key == "weight_map":
+            assert set(a[key]) == set(b[key])
+        else:
+            torch.testing.assert_close(a[key], b[key], rtol=0, atol=0)
+    # Accelerate's reader takes ours.
+    fresh = _objects(5)[0]
+    accelerate.utils.load_checkpoint_in_model(fresh, str(tmp_path / "ours"))
+    for key, value in fresh.state_dict().items():
+        torch.testing.assert_close(value, b[key], rtol=0, atol=0)
