@@ -82,6 +82,7 @@ from .state import (
     RNGType,
 )
 from .utils import cuda_fork as _cuda_fork
+from .utils.batch_size import find_executable_batch_size
 from .utils.dataclasses import GradientAccumulationPlugin, KwargsHandler
 from .utils.environment import (
     is_bf16_available,
@@ -170,6 +171,7 @@ __all__ = [
     "debug_launcher",
     "extract_model_from_parallel",
     "find_batch_size",
+    "find_executable_batch_size",
     "gather",
     "gather_object",
     "get_max_layer_size",

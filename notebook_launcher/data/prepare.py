@@ -65,12 +65,6 @@ def _check_split(dataloader: DataLoader, num_processes: int) -> None:
         )
 
 
-def _clone(generator: torch.Generator) -> torch.Generator:
-    twin = torch.Generator(device=generator.device)
-    twin.set_state(generator.get_state())
-    return twin
-
-
 def _seeded_generator() -> torch.Generator:
     generator = torch.Generator()
     generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
@@ -79,12 +73,13 @@ def _seeded_generator() -> torch.Generator:
 
 def _own_sampler(
     dataloader: DataLoader, sync: bool, use_seedable_sampler: bool, data_seed: int | None
-) -> tuple[Any, torch.Generator | None, dict[Any, Any]]:
+) -> tuple[Any, torch.Generator | None]:
     """The index batches the new loader uses, and the generator to keep alike on every process.
 
-    The caller's sampler is never changed: where it needs a different generator (or a
-    seedable replacement), copies of the sampler and of the batch sampler above it are made.
-    Also returns a map from the caller's generators to their replacements.
+    The caller's sampler and batch sampler are never changed: where the sampler needs a
+    generator it lacks (or a seedable replacement), copies of the sampler and of the batch
+    sampler above it are made. A generator the caller gave is shared, not copied, as in
+    Accelerate: seeding it after ``prepare`` decides the order of the next epoch.
     """
     batches = index_batches(dataloader)
     sampler = getattr(batches, "sampler", None)
@@ -92,28 +87,24 @@ def _own_sampler(
         if data_seed is None and isinstance(sampler, SeedableRandomSampler):
             data_seed = sampler.initial_seed
         owned = SeedableRandomSampler(
-            sampler.data_source, sampler.replacement, sampler._num_samples, data_seed=data_seed
+            sampler.data_source,
+            sampler.replacement,
+            sampler._num_samples,
+            generator=sampler.generator,
+            data_seed=data_seed,
         )
-        replaced = {} if sampler.generator is None else {sampler.generator: owned.generator}
         synced = None
-    elif (
-        sync and isinstance(getattr(sampler, "generator", False), (torch.Generator, type(None)))
-    ) or (
-        # Not sharded, but the loader draws its workers' base seed from the sampler's own
-        # generator: both must keep using one generator (a copy) for Accelerate's order.
-        isinstance(getattr(sampler, "generator", None), torch.Generator)
-        and sampler.generator is dataloader.generator
-    ):
+    elif sync and hasattr(sampler, "generator") and sampler.generator is None:
         owned = copy.copy(sampler)
-        original = sampler.generator
-        owned.generator = _seeded_generator() if original is None else _clone(original)
-        replaced = {} if original is None else {original: owned.generator}
-        synced = owned.generator if sync else None
+        owned.generator = _seeded_generator()
+        synced = owned.generator
     else:
-        return batches, None, {}
+        generator = getattr(sampler, "generator", None)
+        synced = generator if sync and isinstance(generator, torch.Generator) else None
+        return batches, synced
     batches = copy.copy(batches)
     batches.sampler = owned
-    return batches, synced, replaced
+    return batches, synced
 
 
 def prepare_data_loader(
@@ -183,8 +174,9 @@ def prepare_data_loader(
         ...                              rng_types=["generator"])
 
     Note:
-        Unlike Accelerate, the caller's loader, samplers, generators and ``rng_types`` list are
-        never modified; ``put_on_device`` without ``device`` uses the process's device;
+        Unlike Accelerate, the caller's loader, samplers and ``rng_types`` list are never
+        modified (a generator the caller gave is shared with the new loader, as in
+        Accelerate, so drawing from one advances the other); ``put_on_device`` without ``device`` uses the process's device;
         ``split_batches=True`` with a batch size of 1 on several processes is refused instead
         of losing the data; iterable datasets may have ``batch_size=None``; and on XLA
         devices the loader is not wrapped: the prepared loader itself reads through
@@ -236,15 +228,12 @@ def prepare_data_loader(
     kwargs = loader_kwargs(dataloader)
     shard = n > 1 and not dispatch_batches
     if iterable:
-        batches, synced, replaced = None, None, {}
+        batches, synced = None, None
         generator = getattr(dataloader.dataset, "generator", None)
         if shard and isinstance(generator, torch.Generator):
             synced = generator
     else:
-        batches, synced, replaced = _own_sampler(dataloader, shard, use_seedable_sampler, data_seed)
-    own = kwargs.get("generator")
-    if own is not None:
-        kwargs["generator"] = replaced.get(own) or _clone(own)
+        batches, synced = _own_sampler(dataloader, shard, use_seedable_sampler, data_seed)
     if rng is not None and synced is None and not use_seedable_sampler:
         rng = [kind for kind in rng if RNGType(kind) is not RNGType.GENERATOR]
     if dispatch_batches:

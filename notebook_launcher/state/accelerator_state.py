@@ -7,10 +7,10 @@ import os
 from typing import Any
 
 from ..protocol.context import current_context
-from ..utils.enums import PrecisionType
+from ..utils.enums import DistributedType, PrecisionType
 from ..utils.environment import parse_flag_from_env
 from ..utils.replicas import ReplicaLocalDict
-from ..utils.validation import check_bool, check_choice
+from ..utils.validation import check_bool, check_choice, invalid
 from .mixing import check_ours_may_start
 from .partial import PartialState
 
@@ -172,7 +172,30 @@ class AcceleratorState:
     parallelism_config = property(lambda self: None, doc="Always None: out of scope.")
 
     device = _from_partial("device")
-    distributed_type = _from_partial("distributed_type")
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        """The kind of job: ``PartialState().distributed_type`` unless set here.
+
+        Setting it, as Accelerate's own scripts do to try a code path, changes what this
+        state (and every Accelerator) reports, not ``PartialState``'s, until the state is reset.
+        """
+        override = self._shared_state.get("_distributed_type")
+        return PartialState().distributed_type if override is None else override
+
+    @distributed_type.setter
+    def distributed_type(self, value: DistributedType | str) -> None:
+        if not self.initialized:
+            raise AttributeError(
+                "AcceleratorState has no attribute 'distributed_type': create an Accelerator first"
+            )
+        allowed = "expected a DistributedType (or its name): " + ", ".join(DistributedType.list())
+        if not isinstance(value, (str, DistributedType)):
+            raise invalid("distributed_type", value, allowed, TypeError)
+        if value not in DistributedType:
+            raise invalid("distributed_type", value, allowed)
+        self._shared_state["_distributed_type"] = DistributedType(value)
+
     backend = _from_partial("backend")
     debug = _from_partial("debug")
     num_processes = _from_partial("num_processes")

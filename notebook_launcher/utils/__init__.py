@@ -24,6 +24,7 @@ _EXPORTS = {
     ),
     ".versions": ("compare_versions", "is_torch_version"),
     ".memory": ("convert_file_size_to_int", "get_max_memory"),
+    ".batch_size": ("find_executable_batch_size", "release_memory"),
     "..backends.config": ("load_config", "write_basic_config"),
     ".dataclasses": ("GradientAccumulationPlugin", "KwargsHandler"),
     ".fp8": ("FP8RecipeKwargs",),

@@ -195,11 +195,10 @@ def test_iterable_dataset_without_batching():
     assert shards == [[0, 2, 4], [1, 3, 0]]
 
 
-def test_the_callers_objects_are_left_alone():
+def test_the_callers_objects_are_left_alone_and_its_generator_is_shared():
     generator = torch.Generator().manual_seed(3)
     original = DataLoader(range(12), batch_size=3, shuffle=True, generator=generator)
     sampler, batch_sampler = original.sampler, original.batch_sampler
-    before = generator.get_state()
     expected = [
         b.tolist()
         for b in DataLoader(
@@ -210,11 +209,16 @@ def test_the_callers_objects_are_left_alone():
     loader = prepare_data_loader(
         original, None, 2, 0, rng_types=rng_types, use_seedable_sampler=False
     )
-    list(loader), list(loader)
+    first = [b.tolist() for b in loader]
+    list(loader)
     assert rng_types == ["generator", "torch"]
-    assert torch.equal(generator.get_state(), before)
     assert original.sampler is sampler and original.batch_sampler is batch_sampler
     assert batch_sampler.sampler is sampler and sampler.generator is generator
+    # Shared, as in Accelerate: seeding the caller's generator after prepare takes effect.
+    assert loader.get_sampler().generator is generator and loader.generator is generator
+    generator.manual_seed(3)
+    assert [b.tolist() for b in loader] == first
+    generator.manual_seed(3)
     assert [b.tolist() for b in original] == expected
     unseeded = DataLoader(range(12), batch_size=3, shuffle=True)
     prepare_data_loader(unseeded, None, 2, 0, use_seedable_sampler=True)
