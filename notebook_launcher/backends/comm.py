@@ -26,8 +26,8 @@ class Communicator:
     """
 
     def __init__(self, state: Any) -> None:
-        self._shared = state._shared_state
-        self._backend = state._backend
+        self._state = state
+        self._backend = state.device_backend
         self.device: torch.device = state.device
         self.rank: int = state.process_index
         self.world_size: int = state.num_processes if state.use_distributed else 1
@@ -43,14 +43,26 @@ class Communicator:
                 dist.all_gather_into_tensor
             )
 
-    def is_current(self, shared: dict[str, Any]) -> bool:
-        """Whether this communicator still belongs to the state in ``shared``."""
-        return shared.get("_backend") is self._backend and shared.get("device") is self.device
+    def is_current(self, state: Any) -> bool:
+        """Whether this communicator still belongs to ``state`` (the job's current state)."""
+        return (
+            state.initialized
+            and state.device_backend is self._backend
+            and state.device is self.device
+        )
 
     @property
     def debug(self) -> bool:
         """Whether the state's debug mode is on (read on every call: it may be switched)."""
-        return bool(self._shared.get("debug"))
+        return bool(getattr(self._state, "debug", False))
+
+    @property
+    def outside_a_job(self) -> bool:
+        """Whether this process is not part of a job (a job of one launched process is one)."""
+        from ..utils.enums import DistributedType
+
+        kind = getattr(self._state, "distributed_type", DistributedType.NO)
+        return self.world_size == 1 and kind is DistributedType.NO
 
     def all_gather_into(self, output: torch.Tensor, tensor: torch.Tensor) -> None:
         """Fill ``output`` (``world_size`` times the rows of ``tensor``) with every rank's tensor."""

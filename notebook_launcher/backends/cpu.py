@@ -140,7 +140,7 @@ class SharedMemoryCommunicator(Communicator):
         makes it), so every rank takes the same way through the barrier.
         """
         exchange = self._exchange
-        if exchange is None or not self.is_current(self._shared):  # a state made since: gloo
+        if exchange is None or not self.is_current(self._state):  # a state made since: gloo
             return False
         exchange.barrier(group_timeout())
         return True

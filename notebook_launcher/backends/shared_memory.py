@@ -194,7 +194,7 @@ class SharedMemoryExchange:
         check_number("timeout", timeout, positive=True)
         world = state.num_processes
         on_gloo = "gloo" in str(state.backend or "")
-        alone = state._local_num_processes != world  # ranks on other machines
+        alone = state.local_num_processes != world  # ranks on other machines
         if world < 2 or world > MOST_RANKS or alone or not on_gloo:
             return None
         # Every rank decides alike: the environment may differ, so agree on it.

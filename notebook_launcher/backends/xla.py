@@ -219,8 +219,8 @@ class XlaCommunicator(Communicator):
     def __init__(self, state: Any) -> None:
         import torch_xla.core.xla_model as xm
 
-        self._shared = state._shared_state
-        self._backend = state._backend
+        self._state = state
+        self._backend = state.device_backend
         self._xm = xm
         self.device = state.device
         self.rank = state.process_index

@@ -21,7 +21,8 @@ def is_distributed() -> bool:
 
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         return True
-    return PartialState._shared_state.get("num_processes", 1) > 1
+    state = PartialState.current()
+    return state is not None and state.num_processes > 1
 
 
 def broadcast_object(obj: Any) -> Any:

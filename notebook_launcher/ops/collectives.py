@@ -14,7 +14,6 @@ from typing import Any
 import torch
 
 from ..state.partial import PartialState
-from ..utils.enums import DistributedType
 from ..utils.validation import check_bool, check_choice, check_int, invalid
 from .comm import Communicator, current
 from .debug import brief, describe, describe_ndims, verify
@@ -25,7 +24,7 @@ REDUCTIONS = ("mean", "sum", "max", "none")
 
 def _alone(comm: Communicator) -> bool:
     """Whether this process is not part of a job (a job of one launched process is one)."""
-    return comm.world_size == 1 and comm._shared.get("distributed_type") is DistributedType.NO
+    return comm.outside_a_job
 
 
 # -- gather ----------------------------------------------------------------------------------------

@@ -19,11 +19,10 @@ __all__ = ["Communicator", "current"]
 
 def current() -> Communicator:
     """The communicator of this process's job, creating the :class:`PartialState` if needed."""
-    shared = PartialState._shared_state
-    comm = _current.get()
-    if comm is not None and comm.is_current(shared):
-        return comm
     state = PartialState()
-    comm = state._backend.communicator(state)
+    comm = _current.get()
+    if comm is not None and comm.is_current(state):
+        return comm
+    comm = state.device_backend.communicator(state)
     _current.set(comm)
     return comm

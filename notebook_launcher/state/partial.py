@@ -154,6 +154,35 @@ class PartialState(ProcessControl):
         """Whether the shared state exists."""
         return bool(self._shared_state)
 
+    @classmethod
+    def current(cls) -> PartialState | None:
+        """The state of this process's job if one was created, else None (nothing is created).
+
+        Note:
+            Not in Accelerate: the library's own operations ask this instead of reading the
+            shared dictionary.
+        """
+        return cls() if cls._shared_state else None
+
+    @property
+    def device_backend(self) -> Any:
+        """The :class:`~notebook_launcher.backends.base.Backend` serving this job's device
+        (``backend`` is the process group's name, as in Accelerate).
+
+        Note:
+            Not in Accelerate.
+        """
+        return self._backend
+
+    @property
+    def local_num_processes(self) -> int:
+        """How many processes of the job run on this machine.
+
+        Note:
+            Not in Accelerate's public API.
+        """
+        return self._local_num_processes
+
     @property
     def use_distributed(self) -> bool:
         """Whether this is a job of several processes."""
