@@ -208,3 +208,80 @@ def test_module_level_imports_form_no_circle():
 def test_no_circle_hides_in_imports_inside_functions():
     circles = _cycles(_graph(module_level_only=False))
     assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _private(name: str) -> bool:
+    """One leading underscore; not a dunder, nor a protocol name such as ``_repr_html_``."""
+    return name.startswith("_") and not name.endswith("_")
+
+
+def _outside_names(tree: ast.AST) -> set[str]:
+    """The names a module binds to other libraries (``os``, ``dist``, ``np`` ...)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] != PACKAGE:
+                    names.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            if node.module.split(".")[0] != PACKAGE:
+                names.update(alias.asname or alias.name for alias in node.names)
+    return names
+
+
+def _private_names_by_part() -> dict[str, set[str]]:
+    """Each part -> the private names it defines (functions, classes, module and instance
+    attributes, class fields, keyword arguments)."""
+    defined: dict[str, set[str]] = {}
+    for module, (path, _) in MODULES.items():
+        names = defined.setdefault(_part(module), set())
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names.add(node.value)  # a key of a shared dictionary, a __slots__ entry
+        defined[_part(module)] = {n for n in names if _private(n)}
+    return defined
+
+
+def test_no_part_reads_another_parts_private_names():
+    """A private name (one underscore) defined by one part of the package is used only there:
+    other parts go through public names (``PartialState.current()``, ``device_backend`` ...)."""
+    defined = _private_names_by_part()
+    found = []
+    for module, (path, package) in MODULES.items():
+        part = _part(module)
+        own = defined.get(part, set())
+        others = set().union(*(names for p, names in defined.items() if p != part)) - own
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        outside = _outside_names(tree) | {"self", "cls"}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _private(node.attr):
+                receiver = node.value
+                if isinstance(receiver, ast.Name) and receiver.id in outside:
+                    continue  # its own, or another library's (os._exit)
+                if node.attr in others:
+                    found.append(f"{module}:{node.lineno} reads .{node.attr}")
+            elif isinstance(node, ast.ImportFrom):
+                source = (
+                    _absolute(module, package, node.level, node.module)
+                    if node.level
+                    else node.module
+                )
+                if not source or source.split(".")[0] != PACKAGE or _part(source) == part:
+                    continue
+                for alias in node.names:
+                    if _private(alias.name):
+                        found.append(f"{module}:{node.lineno} imports {alias.name} from {source}")
+    assert not found, "private names read across parts:\n" + "\n".join(found)

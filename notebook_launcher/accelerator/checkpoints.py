@@ -12,7 +12,7 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from .. import ops
-from ..ops.saving import _check_path
+from ..ops.saving import check_path as _check_path
 from ..utils.validation import check_bool, invalid
 from .config import ProjectConfiguration
 from .files import (

@@ -53,7 +53,7 @@ from typing import Any
 
 import torch
 
-from ..protocol.names import SHARED_MEMORY_DIRECTORY, remove, shared_memory_path
+from ..protocol.names import SHARED_MEMORY_DIRECTORY, create_file, remove
 from ..utils.validation import check_int, check_number, invalid
 
 ENV_SWITCH = "NOTEBOOK_LAUNCHER_SHARED_MEMORY"
@@ -601,20 +601,7 @@ def dist_all(flag: bool) -> bool:
 
 def _create_file(size: int) -> str | None:
     """A new file of ``size`` bytes with its memory reserved (None where there is no room)."""
-    path = shared_memory_path(os.getppid(), uuid.uuid4().hex[:12])  # the kernel cleans up
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-    except OSError:
-        return None
-    try:
-        # Reserve the pages now: a full tmpfs then fails here, not with SIGBUS at first touch.
-        os.posix_fallocate(fd, 0, size)
-    except OSError:
-        os.close(fd)
-        remove(path)
-        return None
-    os.close(fd)
-    return path
+    return create_file(os.getppid(), uuid.uuid4().hex[:12], size)  # the kernel cleans up
 
 
 def _open(path: str, size: int) -> mmap.mmap | None:

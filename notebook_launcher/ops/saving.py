@@ -30,7 +30,8 @@ _RAW_DTYPES = {
 }
 
 
-def _check_path(name: str, value: Any) -> str:
+def check_path(name: str, value: Any) -> str:
+    """``value`` as a str path, if it is a str or an ``os.PathLike``."""
     if not isinstance(value, (str, os.PathLike)):
         raise invalid(name, value, "expected a path (str or os.PathLike)", TypeError)
     return os.fspath(value)
@@ -78,7 +79,7 @@ def offload_state_dict(save_dir: str | os.PathLike, state_dict: dict[str, torch.
     Example:
         >>> offload_state_dict("offload", model.state_dict())
     """
-    folder = _check_path("save_dir", save_dir)
+    folder = check_path("save_dir", save_dir)
     tensors = _check_state_dict(state_dict)
     os.makedirs(folder, exist_ok=True)
     index = {name: _offload_one(folder, name, t) for name, t in tensors.items()}
@@ -128,7 +129,7 @@ def save(
     check_bool("save_on_each_node", save_on_each_node)
     check_bool("safe_serialization", safe_serialization)
     if safe_serialization:
-        path = _check_path("f", f)
+        path = check_path("f", f)
         try:
             from safetensors.torch import save_file
         except ImportError:

@@ -241,3 +241,26 @@ def _reclaim(entry: os.DirEntry, uid: int) -> int:
     except OSError:
         return 0
     return stat.st_blocks * 512  # what the file held in memory, not its (sparse) size
+
+
+def create_file(owner_pid: int, token: str, size: int) -> str | None:
+    """A new shared-memory file of ``size`` bytes for the job of kernel ``owner_pid``, its pages
+    reserved now (so a full ``/dev/shm`` fails here, not with SIGBUS at the first write through a
+    mapping); None when there is no room or the kernel is already gone (a launch may have
+    reclaimed its files, so this one would stay)."""
+    path = shared_memory_path(owner_pid, token)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:
+        return None
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError:
+        remove(path)
+        return None
+    finally:
+        os.close(fd)
+    if owner_gone(path):
+        remove(path)
+        return None
+    return path

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import io
 import mmap
-import os
 import pickle
 import secrets
 from dataclasses import dataclass, field
@@ -80,22 +79,8 @@ class _Writer:
         was named (the piece then travels in the pickle)."""
         if self.owner_pid is None:
             return None
-        path = names.shared_memory_path(self.owner_pid, "result-" + secrets.token_hex(8))
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        except OSError:
-            return None
-        try:
-            os.posix_fallocate(fd, 0, size)  # reserved now: writing through a mapping cannot fail
-        except OSError:
-            names.remove(path)
-            return None
-        finally:
-            os.close(fd)
-        if names.owner_gone(path):
-            # The kernel died (its workers follow at once): a launch may already have reclaimed
-            # its files, so this one would stay.
-            names.remove(path)
+        path = names.create_file(self.owner_pid, "result-" + secrets.token_hex(8), size)
+        if path is None:
             return None
         self.files.append((path, size))
         return path

@@ -139,19 +139,38 @@ class GradientState:
     def is_xla_gradients_synced(self, synced: bool) -> None:
         self._is_xla_gradients_synced = check_bool("is_xla_gradients_synced", synced)
 
-    def _set_sync_gradients(self, sync_gradients: bool) -> None:
-        """Set whether the next backward pass synchronises gradients (data loaders call this)."""
+    # The library's own data loaders and Accelerator change the state through these public
+    # methods; the underscored names are Accelerate's, kept for code written against it.
+
+    def set_sync_gradients(self, sync_gradients: bool) -> None:
+        """Set whether the next backward pass synchronises gradients.
+
+        Note:
+            Accelerate's name is the private ``_set_sync_gradients`` (also here).
+        """
         self.sync_gradients = check_bool("sync_gradients", sync_gradients)
 
-    def _add_dataloader(self, dataloader: Any) -> None:
-        """Register a data loader that started iterating (it becomes the active one)."""
+    def add_dataloader(self, dataloader: Any) -> None:
+        """Register a data loader that started iterating (it becomes the active one).
+
+        Note:
+            Accelerate's name is the private ``_add_dataloader`` (also here).
+        """
         if dataloader is None:
             raise invalid("dataloader", dataloader, "expected a data loader", TypeError)
         # Assigning (not appending) goes through the setter, which stores weak references.
         self.dataloader_references = [*self.dataloader_references, dataloader]
 
-    def _remove_dataloader(self, dataloader: Any) -> None:
-        """Unregister a data loader that finished iterating."""
+    def remove_dataloader(self, dataloader: Any) -> None:
+        """Unregister a data loader that finished iterating.
+
+        Note:
+            Accelerate's name is the private ``_remove_dataloader`` (also here).
+        """
         self.dataloader_references = [
             loader for loader in self.dataloader_references if loader is not dataloader
         ]
+
+    _set_sync_gradients = set_sync_gradients
+    _add_dataloader = add_dataloader
+    _remove_dataloader = remove_dataloader
