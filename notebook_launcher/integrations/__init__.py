@@ -1,6 +1,6 @@
 """Live panels for training code that does not call :func:`notebook_launcher.log`.
 
-Three adapters feed the launching notebook's status table and charts from other libraries, with
+Four adapters feed the launching notebook's status table and charts from other libraries, with
 the same events as ``log``, ``progress`` and ``set_status``:
 
 * :class:`~notebook_launcher.integrations.transformers.NotebookCallback`, a
@@ -9,36 +9,41 @@ the same events as ``log``, ``progress`` and ``set_status``:
   epoch, evaluating, done).
 * :class:`~notebook_launcher.integrations.lightning.NotebookLogger`, a Lightning Fabric
   ``Logger``: what ``fabric.log``/``fabric.log_dict`` record, on every rank.
+* :class:`~notebook_launcher.integrations.lightning_trainer.NotebookTrainerLogger`, a Lightning
+  ``Trainer`` logger: what ``self.log``/``self.log_dict`` record, on every rank.
 * :class:`~notebook_launcher.integrations.accelerate.NotebookTracker`, an
   ``accelerate.tracking.GeneralTracker``: what ``accelerator.log`` records once
   ``accelerator.init_trackers(...)`` ran (Accelerate logs on the main process only).
   notebook_launcher's own ``Accelerator`` has ``log_with="notebook"`` for the same.
 
-In a worker started by ``notebook_launcher`` all three are on by default: every ``Trainer``
-created in the launched function gets the callback (it is added to
-``transformers.trainer.DEFAULT_CALLBACKS`` of that worker), every ``Fabric`` gets the logger
-after its own, and every ``accelerate.Accelerator`` gets the tracker after those of its
-``log_with``. Passing one yourself as well does not log twice. Set the environment variable
-``NOTEBOOK_LAUNCHER_INTEGRATIONS`` before launching to choose: ``0`` (or ``none``, ``off``,
-``false``) turns all three off, a comma-separated list such as ``transformers,lightning`` keeps
-those only, ``1``/``all`` (the default) keeps all. Outside a launched worker the adapters do
-nothing, and nothing is changed in the kernel.
+In a worker started by ``notebook_launcher`` all four are on by default: every
+``transformers.Trainer`` created in the launched function gets the callback (it is added to
+``transformers.trainer.DEFAULT_CALLBACKS`` of that worker), every ``Fabric`` and every Lightning
+``Trainer`` gets its logger after its own, and every ``accelerate.Accelerator`` gets the tracker
+after those of its ``log_with``. Passing one yourself as well does not log twice. Set the
+environment variable ``NOTEBOOK_LAUNCHER_INTEGRATIONS`` before launching to choose: ``0`` (or
+``none``, ``off``, ``false``) turns them all off, a comma-separated list such as
+``transformers,lightning`` keeps those only, ``1``/``all`` (the default) keeps all. Outside a
+launched worker the adapters do nothing, and nothing is changed in the kernel.
 
-Independently of that switch, so that these libraries form one job of the launched processes:
-a worker of a CPU job of several processes gets ``ACCELERATE_USE_CPU=1`` (unless the variable
-is already set), which is what makes Accelerate's ``Accelerator()`` (and ``transformers.Trainer``)
+Independently of that switch, so that these libraries form one job of the launched processes: a
+worker of a CPU job of several processes gets ``ACCELERATE_USE_CPU=1`` (unless the variable is
+already set), which is what makes Accelerate's ``Accelerator()`` (and ``transformers.Trainer``)
 join the job on a machine without accelerator instead of running one independent copy per
-process; a worker forgets the Accelerate state the launching process had created (it
-describes the kernel, a single process); ``destroy_process_group`` waits a moment for gloo's
-threads first (see :mod:`notebook_launcher.integrations.teardown`); a worker forked from a
-Jupyter kernel drops the
-kernel's interactive prompt
-(``sys.ps1``), so that Lightning accepts ``strategy="ddp"`` there as it does in a script, and
-a ``Trainer`` there prints its logs as lines (as with ``disable_tqdm=True``) instead of its
-notebook display, which ipykernel drops when a forked process sends it, and tqdm's notebook bars
-(``tqdm.auto``) become text bars whose count the status panel shows (see
-:mod:`notebook_launcher.integrations.tqdm`); and one
-process may not create both notebook_launcher's ``Accelerator`` and Accelerate's (see
+process; a worker forgets the Accelerate state the launching process had created (it describes
+the kernel, a single process); ``destroy_process_group`` waits a moment for gloo's threads first
+(see :mod:`notebook_launcher.integrations.teardown`); a worker forked from a Jupyter kernel
+drops the kernel's interactive prompt (``sys.ps1``), so that Lightning accepts
+``strategy="ddp"`` there as it does in a script; Lightning's strategies that fork the notebook's
+process (``"ddp_notebook"``, ``"ddp_fork"``) run as ``"ddp"``, which joins the launched
+processes instead of forking them again; a ``transformers.Trainer`` there prints its logs as
+lines (as with ``disable_tqdm=True``) instead of its notebook display, which ipykernel drops
+when a forked process sends it, and tqdm's notebook bars (``tqdm.auto``) become text bars, and
+every tqdm bar's count shows in the status panel (see
+:mod:`notebook_launcher.integrations.tqdm`); rich writes plain lines to the worker's streams
+rather than notebook displays, and a ``rich.progress`` bar shows in the status panel (see
+:mod:`notebook_launcher.integrations.rich`); and one process may not create both
+notebook_launcher's ``Accelerator`` and Accelerate's (see
 :mod:`notebook_launcher.state.mixing`).
 """
 
@@ -49,7 +54,7 @@ import sys
 from typing import Any
 
 from ..state import mixing
-from . import hooks, teardown, tqdm
+from . import hooks, rich, teardown, tqdm
 
 ENV_SWITCH = "NOTEBOOK_LAUNCHER_INTEGRATIONS"
 NAMES = ("transformers", "lightning", "accelerate")
@@ -58,6 +63,10 @@ _ALL = ("", "1", "all", "on", "true", "yes")
 
 # Where each integration starts: the module whose import (or presence) sets it up.
 _FABRIC_MODULES = ("lightning.fabric.fabric", "lightning_fabric.fabric")
+_TRAINER_MODULES = ("lightning.pytorch.trainer.trainer", "pytorch_lightning.trainer.trainer")
+# Lightning's strategies that start the processes themselves by forking the notebook's process.
+# In a launched worker the processes exist already: they run as "ddp", which joins them.
+_FORKING_STRATEGIES = ("ddp_notebook", "ddp_fork")
 # Modules of Lightning that read at import whether the session is interactive (and then refuse
 # Fabric(strategy="ddp") or Trainer(strategy="ddp")), each under both of its package names.
 _LIGHTNING_INTERACTIVE = (
@@ -127,13 +136,18 @@ def prepare_worker(context: Any) -> tuple[str, ...]:
     _run_as_a_script()
     _forget_the_kernels_accelerate_state()
     hooks.when_imported("torch.distributed.distributed_c10d", teardown.install)
+    hooks.when_imported("tqdm.std", tqdm.show_in_panel)
+    hooks.when_imported("rich.console", rich.plain_consoles)
+    hooks.when_imported("rich.progress", rich.progress_in_panel)
     hooks.when_imported("tqdm.notebook", tqdm.text_bars)
     hooks.when_imported("accelerate.state", _refuse_accelerate_beside_ours)
     if "transformers" in names:
         hooks.when_imported("transformers.trainer", _add_trainer_callback)
-    if "lightning" in names:
-        for module in _FABRIC_MODULES:
-            hooks.when_imported(module, _add_fabric_logger)
+    lightning = "lightning" in names
+    for module in _FABRIC_MODULES:
+        hooks.when_imported(module, _set_up_fabric if lightning else _fabric_strategy_only)
+    for module in _TRAINER_MODULES:
+        hooks.when_imported(module, _set_up_trainer if lightning else _trainer_strategy_only)
     if "accelerate" in names:
         hooks.when_imported("accelerate.accelerator", _add_accelerate_tracker)
     return names
@@ -230,8 +244,62 @@ def _notebook_tracker() -> type:
     return NotebookTracker
 
 
-def _add_fabric_logger(module: Any) -> None:
-    _append_after_init(module.Fabric, "loggers", _notebook_logger)
+def _launched_strategy(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with a forking strategy ("ddp_notebook", "ddp_fork_find_unused_parameters_true"
+    ...) named as its "ddp" equivalent: Lightning would try to fork the launched worker again
+    (and Fabric then asks for a function to launch), while "ddp" joins the launcher's processes
+    as it joins torchrun's."""
+    strategy = kwargs.get("strategy")
+    if not isinstance(strategy, str):
+        return kwargs
+    for name in _FORKING_STRATEGIES:
+        if strategy == name or strategy.startswith(name + "_"):
+            return {**kwargs, "strategy": "ddp" + strategy[len(name) :]}
+    return kwargs
+
+
+def _wrap_lightning_init(owner: type, after: Any = None) -> None:
+    """Wrap ``owner.__init__`` (a ``Fabric`` or a ``Trainer``): a forking strategy runs as
+    "ddp", and ``after(self)`` runs once the object is made."""
+
+    def make(original: Any) -> Any:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **_launched_strategy(kwargs))
+            if after is not None:
+                after(self)
+
+        return __init__
+
+    hooks.wrap_method(owner, "__init__", make)
+
+
+def _fabric_strategy_only(module: Any) -> None:
+    _wrap_lightning_init(module.Fabric)
+
+
+def _trainer_strategy_only(module: Any) -> None:
+    _wrap_lightning_init(module.Trainer)
+
+
+def _set_up_fabric(module: Any) -> None:
+    def add_logger(fabric: Any) -> None:
+        kind = _notebook_logger()
+        if not any(isinstance(logger, kind) for logger in fabric.loggers):
+            fabric.loggers.append(kind())
+
+    _wrap_lightning_init(module.Fabric, add_logger)
+
+
+def _set_up_trainer(module: Any) -> None:
+    def add_logger(trainer: Any) -> None:
+        from .lightning_trainer import logger_class
+
+        kind = logger_class(module)
+        if not any(isinstance(logger, kind) for logger in trainer.loggers):
+            # A new list: Lightning may hand out the one it holds, and the setter keeps ours.
+            trainer.loggers = [*trainer.loggers, kind(trainer.default_root_dir)]
+
+    _wrap_lightning_init(module.Trainer, add_logger)
 
 
 def _add_accelerate_tracker(module: Any) -> None:

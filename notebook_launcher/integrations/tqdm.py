@@ -1,11 +1,15 @@
-"""tqdm's notebook bars in a launched worker: text on stderr, and the count in the status panel.
+"""tqdm bars in a launched worker: text on stderr, and the count in the status panel.
+
+Every tqdm bar a worker creates fills the rank's progress column of the status panel while it
+runs (its count, total and description, as :func:`notebook_launcher.progress` does); its last
+state reaches the cell as a ``[rankN]`` line when it closes. This holds however the worker
+started: a forked worker inherits the kernel's ``tqdm.std`` module, a spawned one imports it
+afresh, and both are set up when it is imported (or at once).
 
 ``from tqdm.auto import tqdm`` in a cell picks ``tqdm.notebook.tqdm_notebook``, whose bar is an
 ipywidget. A worker forked from the kernel inherits that choice, but ipykernel drops what a
-forked process sends, so its bars show nothing at all. In a worker the notebook class builds a
-plain ``tqdm.std.tqdm`` instead: its last state reaches the cell as a ``[rankN]`` line when the
-bar closes, and while it runs its count, total and description fill the rank's progress column
-of the status panel (as :func:`notebook_launcher.progress` does).
+forked process sends, so its bars would show nothing at all: there the notebook class builds a
+plain ``tqdm.std.tqdm`` instead.
 """
 
 from __future__ import annotations
@@ -21,34 +25,65 @@ _NOTEBOOK_ONLY = ("display",)  # keywords tqdm_notebook takes and the text bar d
 
 
 class TqdmProgress:
-    """What the status panel reads from a tqdm bar (the interface of ``live.Progress``)."""
+    """What the status panel reads from a tqdm bar (the interface of ``live.Progress``).
 
-    def __init__(self, bar: Any) -> None:
+    ``under`` is the bar shown before this one: a nested bar (an evaluation loop inside a
+    training loop) that closes hands the column back to it while it still runs.
+    """
+
+    def __init__(self, bar: Any, under: Any = None) -> None:
         self.bar = bar
         self._started = time.monotonic()
+        self._ended: float | None = None
+        self.under = under if under is not None and not under.closed else None
+
+    @property
+    def own_closed(self) -> bool:
+        return bool(self.bar.disable)  # tqdm disables a bar when it closes
 
     @property
     def closed(self) -> bool:
-        return bool(self.bar.disable)  # tqdm disables a bar when it closes
+        return self.own_closed and (self.under is None or self.under.closed)
 
     def snapshot(self) -> tuple[str | None, int, int | None, float]:
+        if self.own_closed and self.under is not None:
+            return self.under.snapshot()  # the enclosing bar, running or, at the end, closed
         bar = self.bar
+        if self.own_closed and self._ended is None:
+            self._ended = time.monotonic()  # a closed bar's elapsed time stops
         desc = (bar.desc or "").rstrip(": ") or None
         total = None if bar.total is None else int(bar.total)
-        return (desc, int(bar.n), total, time.monotonic() - self._started)
+        end = self._ended if self._ended is not None else time.monotonic()
+        return (desc, int(bar.n), total, end - self._started)
+
+
+def show_in_panel(module: Any) -> None:
+    """Make every bar of ``module.tqdm`` (``tqdm.std``, and its subclasses) show in the panel."""
+
+    def make(original: Any) -> Any:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            # Bound as Python binds it: tqdm's own __init__ need not be a plain function.
+            original.__get__(self, type(self))(*args, **kwargs)
+            if getattr(self, "disable", True):
+                return
+            shown = live.shown_progress()
+            if isinstance(shown, live.Progress) and not shown.closed:
+                return  # an explicit notebook_launcher.progress (or an adapter's) keeps the column
+            live.show_progress(TqdmProgress(self, shown))
+
+        return __init__
+
+    hooks.wrap_method(module.tqdm, "__init__", make)
 
 
 def text_bars(module: Any) -> None:
-    """Make ``module.tqdm_notebook`` (``tqdm.notebook``) build text bars shown in the panel."""
+    """Make ``module.tqdm_notebook`` (``tqdm.notebook``) build text bars instead of widgets."""
     std = sys.modules["tqdm.std"]  # tqdm.notebook's own base
-    notebook_class = module.tqdm_notebook
 
     def __new__(cls: type, *args: Any, **kwargs: Any) -> Any:
         for name in _NOTEBOOK_ONLY:
             kwargs.pop(name, None)
-        bar = std.tqdm(*args, **kwargs)  # not a cls instance: Python calls no __init__ on it
-        if not bar.disable:
-            live.show_progress(TqdmProgress(bar))
-        return bar
+        # Not a cls instance, so Python calls no __init__ on it; std.tqdm's own __init__ shows it.
+        return std.tqdm(*args, **kwargs)
 
-    hooks.replace(notebook_class, "__new__", __new__)
+    hooks.replace(module.tqdm_notebook, "__new__", __new__)

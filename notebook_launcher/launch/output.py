@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections import deque
 from collections.abc import Callable
@@ -10,6 +11,20 @@ from ..protocol.events import OutputLine
 
 FATAL_MARK = "Fatal Python error:"  # how faulthandler starts its report of a crash
 FATAL_LINES = 400  # lines of a crash report kept (faulthandler prints at most 100 frames a thread)
+# Labels the libraries add themselves once a process knows its rank: torch's C++ log messages
+# ("[rank0]:[W ...]") and its excepthook ("[rank0]: Traceback ..."), Lightning's rank_zero
+# messages ("[rank: 0] Seed set to 42"). Ours already says the rank.
+OWN_LABEL = re.compile(r"\[rank(?:(\d+)\]:|: (\d+)\]) ?")
+
+
+def without_own_label(text: str, rank: int) -> str:
+    """``text`` less a leading rank label of ``rank`` that a library added (another rank's stays)."""
+    if not text.startswith("[rank"):
+        return text
+    match = OWN_LABEL.match(text)
+    if match is None or int(match[1] or match[2]) != rank:
+        return text
+    return text[match.end() :]
 
 
 class OutputSink:
@@ -39,13 +54,14 @@ class OutputSink:
         return self.policy == "all" or (self.policy == "main" and rank == 0)
 
     def write(self, line: OutputLine) -> None:
-        labelled = self.prefix(line.rank) + line.text
+        text = without_own_label(line.text, line.rank)
+        labelled = self.prefix(line.rank) + text
         self._tails.setdefault(line.rank, deque(maxlen=self._tail_lines)).append(labelled)
-        if line.text.startswith(FATAL_MARK):
+        if text.startswith(FATAL_MARK):
             self._fatal[line.rank] = []
         report = self._fatal.get(line.rank)
         if report is not None and len(report) < FATAL_LINES:
-            report.append(line.text)
+            report.append(text)
         if self.shows(line.rank):
             self.notice(labelled, line.stream)
 

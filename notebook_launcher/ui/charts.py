@@ -195,8 +195,15 @@ def _coords(scale: _Scale, points: list[tuple[float, float]]) -> str:
 
 
 def _line(scale: _Scale, points: list, colour: str, width: float, opacity: float) -> str:
-    if not points:
+    finite = [(x, y) for x, y in points if math.isfinite(x) and math.isfinite(y)]
+    if not finite:
         return ""
+    if len(finite) == 1:  # a line through one point draws nothing: mark the point itself
+        (x, y), radius = finite[0], width + 1.5
+        return (
+            f'<circle cx="{scale.x(x):.1f}" cy="{scale.y(y):.1f}" r="{radius:g}" '
+            f'fill="{colour}" fill-opacity="{opacity}"/>'
+        )
     return (
         f'<polyline fill="none" stroke="{colour}" stroke-width="{width}" '
         f'stroke-opacity="{opacity}" stroke-linejoin="round" points="{_coords(scale, points)}"/>'

@@ -67,6 +67,9 @@ def redirect_streams(stdout_conn: Any, stderr_conn: Any) -> None:
     )
     for old, new in zip(inherited, (sys.stdout, sys.stderr), strict=True):
         _forward_kernel_stream(old, new)
+    # A forked kernel's hook sends a traceback as a notebook message, which ipykernel drops
+    # from a forked process; Python's own prints it on the new stderr (torch wraps either).
+    sys.excepthook = sys.__excepthook__
     faulthandler.enable(file=sys.stderr, all_threads=True)
     faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
 

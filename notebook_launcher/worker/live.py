@@ -338,6 +338,13 @@ def show_progress(source: Any) -> None:
         tracker.progress = source
 
 
+def shown_progress() -> Any:
+    """What this rank's progress column shows now (a :class:`Progress` or another source given
+    to :func:`show_progress`); None when nothing, or outside a worker."""
+    tracker = _active()
+    return tracker.progress if tracker is not None else None
+
+
 def progress(
     iterable: Iterable | None = None,
     total: int | None = None,
