@@ -47,6 +47,7 @@ class OutputSink:
         self._tails: dict[int, deque[str]] = {}
         self._fatal: dict[int, list[str]] = {}
         self._tail_lines = tail_lines
+        self._prefix_names_rank: dict[int, bool] = {}
         self._stdout = stdout
         self._stderr = stderr
 
@@ -54,8 +55,11 @@ class OutputSink:
         return self.policy == "all" or (self.policy == "main" and rank == 0)
 
     def write(self, line: OutputLine) -> None:
-        text = without_own_label(line.text, line.rank)
-        labelled = self.prefix(line.rank) + text
+        prefix = self.prefix(line.rank)
+        text = line.text
+        if self._names_rank(line.rank, prefix):
+            text = without_own_label(text, line.rank)
+        labelled = prefix + text
         self._tails.setdefault(line.rank, deque(maxlen=self._tail_lines)).append(labelled)
         if text.startswith(FATAL_MARK):
             self._fatal[line.rank] = []
@@ -64,6 +68,15 @@ class OutputSink:
             report.append(text)
         if self.shows(line.rank):
             self.notice(labelled, line.stream)
+
+    def _names_rank(self, rank: int, prefix: str) -> bool:
+        """Whether our label names the rank, so a library's label of it says nothing more (a
+        ``log_line_prefix_template`` without the global rank keeps the libraries' labels)."""
+        names = self._prefix_names_rank.get(rank)
+        if names is None:
+            names = re.search(rf"(?<!\d){rank}(?!\d)", prefix) is not None
+            self._prefix_names_rank[rank] = names
+        return names
 
     def notice(self, text: str, stream: str = "stderr") -> None:
         """Write a line of the launcher's own (or a shown worker line) to the kernel's streams."""

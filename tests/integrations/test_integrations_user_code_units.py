@@ -57,6 +57,13 @@ def test_the_cell_shows_one_label_and_the_tail_keeps_it_once():
     assert sink.tail(1) == ("[rank1] ValueError: boom", "[rank1] Seed set to 7")
 
 
+def test_a_prefix_without_the_rank_keeps_the_librarys_label():
+    out = io.StringIO()
+    sink = OutputSink("all", lambda rank: "[node0] ", stdout=out, stderr=out)
+    sink.write(OutputLine(1, "stderr", "[rank1]: ValueError: boom"))
+    assert out.getvalue() == "[node0] [rank1]: ValueError: boom\n"
+
+
 # -- charts ------------------------------------------------------------------------------------
 
 
