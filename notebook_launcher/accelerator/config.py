@@ -30,7 +30,9 @@ class DataLoaderConfiguration(KwargsHandler):
         use_seedable_sampler: replace a ``RandomSampler`` by a ``SeedableRandomSampler``.
         data_seed: the seed of that sampler (None: torch's initial seed).
         non_blocking: non-blocking device transfers.
-        use_stateful_dataloader: not supported (refused when a loader is prepared).
+        use_stateful_dataloader: build prepared loaders on torchdata's ``StatefulDataLoader``
+            (needs ``torchdata``; not with ``dispatch_batches``); ``save_state`` records its
+            state and ``load_state`` resumes it mid-epoch.
     """
 
     split_batches: bool = False

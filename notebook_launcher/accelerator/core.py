@@ -283,7 +283,7 @@ class Accelerator:
 
     @property
     def use_stateful_dataloader(self) -> bool:
-        """The DataLoaderConfiguration's setting (True is refused when a loader is prepared)."""
+        """Whether prepared loaders are built on torchdata's ``StatefulDataLoader``."""
         return bool(self.dataloader_config.use_stateful_dataloader)
 
     @property

@@ -33,7 +33,7 @@ from ..ops.saving import save
 from ..state.partial import PartialState
 from ..utils.validation import invalid
 from .prepared import Prepared
-from .resumable import is_resumable
+from .resumable import is_resumable, is_stateful
 
 MODEL_NAME = "pytorch_model"
 SAFE_MODEL_NAME = "model"
@@ -143,6 +143,11 @@ def read_rng_file(path: str) -> dict[str, Any]:
         return pickle.load(f)
 
 
+def _stateful_file(index: int) -> str:
+    """Where Accelerate keeps the state of its ``index``-th StatefulDataLoader."""
+    return "dl_state_dict.bin" if index == 0 else f"dl_state_dict_{index}.bin"
+
+
 def _grads(model: Any) -> list[torch.Tensor | None]:
     return [p.grad for p in extract_model_from_parallel(model).parameters()]
 
@@ -186,7 +191,11 @@ def save_training_state(
     for i, loader in enumerate(objects.prepared.dataloaders):
         if is_resumable(loader):
             path = os.path.join(output_dir, f"dataloader_{i}_{rank}.bin")
-            torch.save(loader.state_dict(), path)
+            saved = loader.state_dict()
+            torch.save(saved, path)
+            if shared and is_stateful(loader) and saved["loader"] is not None:
+                # torchdata's part under Accelerate's name, for Accelerate's load_state.
+                torch.save(saved["loader"], os.path.join(output_dir, _stateful_file(i)))
     if objects.gradients:
         grads = [_grads(model) for model in objects.prepared.models]
         torch.save(grads, os.path.join(output_dir, f"gradients_{rank}.bin"))
@@ -310,8 +319,11 @@ def load_training_state(
     rank = state.process_index
     for i, loader in enumerate(objects.prepared.dataloaders):
         path = os.path.join(input_dir, f"dataloader_{i}_{rank}.bin")
+        accelerates = os.path.join(input_dir, _stateful_file(i))
         if is_resumable(loader) and os.path.exists(path):
             loader.load_state_dict(_load(path, "cpu"))
+        elif is_stateful(loader) and os.path.exists(accelerates):  # saved by Accelerate
+            loader.load_state_dict(_load(accelerates, "cpu"))
     grads_path = os.path.join(input_dir, f"gradients_{rank}.bin")
     saved_grads = _load(grads_path, "cpu") if os.path.exists(grads_path) else None
     for i, model in enumerate(objects.prepared.models):

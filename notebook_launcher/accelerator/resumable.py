@@ -63,23 +63,24 @@ class ResumableMixin:
         self._epoch_start = self._snapshot()
         self._position = skip
         self.skip_batches += skip  # type: ignore[attr-defined]
+        inner = super().__iter__()  # type: ignore[misc]
         try:
-            inner = super().__iter__()  # type: ignore[misc]
-            try:
-                current = next(inner)
-            except StopIteration:
-                return
-            finally:
-                self.skip_batches -= skip  # type: ignore[attr-defined]
-                if saved_rng is not None:
-                    torch.set_rng_state(saved_rng)
+            current = next(inner)
+        except StopIteration:
+            self._epoch_start = None
+            return
+        finally:
+            self.skip_batches -= skip  # type: ignore[attr-defined]
+            if saved_rng is not None:
+                torch.set_rng_state(saved_rng)
+        self._position += 1
+        yield current
+        for current in inner:
             self._position += 1
             yield current
-            for current in inner:
-                self._position += 1
-                yield current
-        finally:
-            self._epoch_start = None
+        # A finished epoch leaves no position; a loop left early (``break``) keeps its own, so
+        # that a checkpoint saved after the loop resumes after the last batch used.
+        self._epoch_start = None
 
     def state_dict(self) -> dict[str, Any]:
         """Where the loader is: its epoch, random states at the epoch's start, batches used."""
@@ -135,5 +136,11 @@ def make_resumable(loader: DataLoader) -> DataLoader:
 
 
 def is_resumable(loader: Any) -> bool:
-    """Whether ``loader`` records its position (``state_dict``/``load_state_dict``)."""
-    return isinstance(loader, ResumableMixin)
+    """Whether ``loader`` records its position (``state_dict``/``load_state_dict``): a loader
+    made resumable here, or one built on torchdata's ``StatefulDataLoader``."""
+    return isinstance(loader, ResumableMixin) or is_stateful(loader)
+
+
+def is_stateful(loader: Any) -> bool:
+    """Whether ``loader`` is a prepared loader built on torchdata's ``StatefulDataLoader``."""
+    return isinstance(loader, DataLoaderShard) and loader.use_stateful_dataloader is True

@@ -98,12 +98,16 @@ def check_device(name: str, device: Any) -> torch.device | None:
         raise invalid(name, device, "expected a torch.device, a device name or None", TypeError)
 
 
-def refuse_unsupported(use_stateful_dataloader: Any, torch_device_mesh: Any) -> None:
-    """Raise for the options this package does not implement."""
-    if check_bool("use_stateful_dataloader", use_stateful_dataloader):
+def refuse_unsupported(
+    use_stateful_dataloader: Any, torch_device_mesh: Any, stateful_here: bool = False
+) -> None:
+    """Raise for the options this package does not implement (``stateful_here``: the loader
+    being made takes ``use_stateful_dataloader=True``)."""
+    if check_bool("use_stateful_dataloader", use_stateful_dataloader) and not stateful_here:
         raise NotImplementedError(
-            "use_stateful_dataloader=True (torchdata's StatefulDataLoader) is not supported by "
-            "notebook_launcher yet: leave it False and resume with skip_first_batches()"
+            "use_stateful_dataloader=True is supported by prepare_data_loader and "
+            "DataLoaderShard only (not with dispatch_batches, which broadcasts batches from "
+            "process 0, nor by skip_first_batches): leave it False there"
         )
     if torch_device_mesh is not None:
         raise NotImplementedError(
@@ -190,7 +194,9 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
             (``RNGType`` values: "torch", "cuda", "generator" ...).
         synchronized_generator: the generator "generator" refers to.
         skip_batches: batches to skip at the start of each iteration.
-        use_stateful_dataloader: not supported (NotImplementedError).
+        use_stateful_dataloader: build the loader on torchdata's ``StatefulDataLoader``, whose
+            ``state_dict()``/``load_state_dict()`` resume mid-epoch (the object is then of its
+            subclass ``StatefulDataLoaderShard``; see :mod:`notebook_launcher.data.stateful`).
         _drop_last: whether the original loader dropped its last batch (for ``remainder``).
         _non_blocking: non-blocking device transfers.
         torch_device_mesh: not supported (NotImplementedError if given).
@@ -222,7 +228,7 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
         iteration: int = 0,
         **kwargs: Any,
     ) -> None:
-        refuse_unsupported(use_stateful_dataloader, torch_device_mesh)
+        refuse_unsupported(use_stateful_dataloader, torch_device_mesh, stateful_here=True)
         if synchronized_generator is not None and not isinstance(
             synchronized_generator, torch.Generator
         ):
@@ -237,17 +243,30 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
         self.rng_types = check_rng_types(rng_types)
         self.synchronized_generator = synchronized_generator
         self.skip_batches = check_int("skip_batches", skip_batches, 0)
-        self.use_stateful_dataloader = False
         self._drop_last = check_bool("_drop_last", _drop_last)
         self._non_blocking = check_bool("_non_blocking", _non_blocking)
         self.iteration = check_int("iteration", iteration, 0)
+
+    use_stateful_dataloader = False  # True in the StatefulDataLoader flavour
+
+    def __new__(cls, *args: Any, use_stateful_dataloader: bool = False, **kwargs: Any) -> Any:
+        # As in Accelerate, DataLoaderShard(..., use_stateful_dataloader=True) is a loader built
+        # on torchdata's StatefulDataLoader: its flavour of this class (data.stateful registers
+        # it, so that this module need not import that one).
+        if use_stateful_dataloader is True and cls is DataLoaderShard:
+            cls = STATEFUL_FLAVOUR[0]()
+        return super().__new__(cls)
+
+    def _source(self) -> Iterator[Any]:
+        """The batches of an epoch, from the loader class underneath."""
+        return super().__iter__()
 
     def __iter__(self) -> Iterator[Any]:
         self._synchronize()
         self.begin()
         try:
             self.set_epoch(self.iteration)
-            source = super().__iter__()
+            source = self._source()
             # Skipped batches are read (a shard of an iterable dataset cannot jump) but not moved.
             current = next(source, _END)
             for _ in range(self.skip_batches):
@@ -312,6 +331,14 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
         if hasattr(self.dataset, "total_length"):
             return self.dataset.total_length
         return len(self.dataset)
+
+
+# Its parameters are __init__'s (not __new__'s catch-all), as Accelerate's class shows them.
+DataLoaderShard.__dict__["__new__"].__func__.__signature__ = inspect.signature(
+    DataLoaderShard.__init__
+)
+# The factory of DataLoaderShard's StatefulDataLoader flavour, set by ``data.stateful``.
+STATEFUL_FLAVOUR: list[Any] = []
 
 
 def set_sampler(dataloader: DataLoader, sampler: Any) -> None:

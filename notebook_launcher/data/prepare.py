@@ -29,6 +29,7 @@ from .loaders import (
     refuse_unsupported,
 )
 from .samplers import BatchSamplerShard, SeedableRandomSampler
+from .stateful import stateful_loader_class
 from .xla_loader import load_through_mp_device_loader
 
 
@@ -154,7 +155,9 @@ def prepare_data_loader(
         use_seedable_sampler: replace a ``RandomSampler`` with :class:`SeedableRandomSampler`.
         data_seed: the seed of that sampler (default: ``torch.random.initial_seed()``).
         non_blocking: non-blocking device transfers (useful with ``pin_memory=True``).
-        use_stateful_dataloader: not supported (NotImplementedError).
+        use_stateful_dataloader: build the loader on torchdata's ``StatefulDataLoader`` (needs
+            ``torchdata``): its ``state_dict()`` and ``load_state_dict()`` resume mid-epoch
+            at the batch after the one in use. Not with ``dispatch_batches``.
         torch_device_mesh: not supported (NotImplementedError if given).
 
     Returns:
@@ -199,7 +202,8 @@ def prepare_data_loader(
     check_optional_callable("slice_fn_for_dispatch", slice_fn_for_dispatch)
     if data_seed is not None:
         check_int("data_seed", data_seed)
-    refuse_unsupported(use_stateful_dataloader, torch_device_mesh)
+    stateful = check_bool("use_stateful_dataloader", use_stateful_dataloader)
+    refuse_unsupported(False, torch_device_mesh)
     n, p = _processes(num_processes, process_index)
     iterable = isinstance(dataloader.dataset, IterableDataset)
     xla = put_on_device and _on_xla(device)
@@ -214,6 +218,7 @@ def prepare_data_loader(
         dispatch_batches = put_on_device and iterable and not xla
     if dispatch_batches:
         _check_dispatch(put_on_device, n, p)
+        refuse_unsupported(stateful, None)
     if put_on_device and device is None:
         device = PartialState().device
     if split_batches:
@@ -263,8 +268,10 @@ def prepare_data_loader(
         batch_size = dataloader.batch_size
         if shard:
             batches = BatchSamplerShard(batches, n, p, split_batches, even_batches)
-    loader = DataLoaderShard(
+    loader_class = stateful_loader_class() if stateful else DataLoaderShard
+    loader = loader_class(
         dataset,
+        use_stateful_dataloader=stateful,
         device=device if put_on_device else None,
         rng_types=rng,
         synchronized_generator=synced,

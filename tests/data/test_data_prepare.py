@@ -289,7 +289,7 @@ def test_arguments_are_checked():
             "batch size must be a multiple of num_processes=3",
             dict(num_processes=3, process_index=0, split_batches=True),
         ),
-        (NotImplementedError, "StatefulDataLoader", dict(use_stateful_dataloader=True)),
+        (TypeError, "use_stateful_dataloader=1", dict(use_stateful_dataloader=1)),
         (NotImplementedError, "torch_device_mesh", dict(torch_device_mesh=object())),
     ]
     for error, message, kwargs in cases:
