@@ -172,3 +172,24 @@ def test_a_checkpoint_of_accelerates_resumes_where_accelerate_resumes(tmp_path):
     TheirGradientState._reset_state()
     ours = run(Accelerator, str(tmp_path / "ckpt"))
     assert len(ours) == 6 and ours == theirs
+
+
+def test_a_checkpoint_written_here_resumes_in_accelerate(tmp_path):
+    def run(make, config_class, load_from=None):
+        config = config_class(use_stateful_dataloader=True, use_seedable_sampler=True)
+        accelerator = make(cpu=True, dataloader_config=config)
+        model, optimizer, loader = _objects(accelerator, 0)
+        if load_from is not None:
+            torch.manual_seed(42)
+            accelerator.load_state(load_from)
+            return _train(accelerator, loader, model, optimizer)
+        head = _train(accelerator, loader, model, optimizer, stop=3)
+        accelerator.save_state(str(tmp_path / "ckpt"))
+        return head
+
+    head = run(Accelerator, DataLoaderConfiguration)
+    assert (tmp_path / "ckpt" / "dl_state_dict.bin").exists()
+    ours = run(Accelerator, DataLoaderConfiguration, str(tmp_path / "ckpt"))
+    reset_state()
+    theirs = run(accelerate.Accelerator, accelerate.DataLoaderConfiguration, str(tmp_path / "ckpt"))
+    assert len(head) == 4 and len(ours) == 6 and theirs == ours
