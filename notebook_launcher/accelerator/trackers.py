@@ -112,14 +112,35 @@ PACKAGES: dict[str, str | None] = {
 _TRACKER_METHODS = ("start", "store_init_configuration", "log", "finish")
 
 
-def tracker_class(name: str) -> type[GeneralTracker]:
-    """The tracker class of a name of :data:`PACKAGES`."""
-    return {
+def registered_with_accelerate(name: str) -> type | None:
+    """The tracker class registered under ``name`` with Accelerate's ``register_tracker_class``
+    (looked up only if Accelerate is imported), or None; Accelerate's own trackers are not
+    taken, as they have no adapter here."""
+    registry = getattr(sys.modules.get("accelerate.tracking"), "LOGGER_TYPE_TO_CLASS", None)
+    found = registry.get(name) if isinstance(registry, dict) else None
+    if isinstance(found, type) and found.__module__ != "accelerate.tracking":
+        return found
+    return None
+
+
+def tracker_class(name: str) -> type:
+    """The tracker class of a name of :data:`PACKAGES`, or of one registered with Accelerate.
+
+    Raises:
+        KeyError: neither.
+    """
+    ours = {
         NOTEBOOK: NotebookTracker,
         "tensorboard": TensorBoardTracker,
         "wandb": WandBTracker,
         "mlflow": MLflowTracker,
-    }[name]
+    }
+    if name in ours:
+        return ours[name]
+    registered = registered_with_accelerate(name)
+    if registered is None:
+        raise KeyError(name)
+    return registered
 
 
 def _available(name: str) -> bool:
@@ -155,7 +176,9 @@ def resolve_trackers(log_with: Any, logging_dir: str | None) -> list[Any]:
 
     Instances are this package's ``GeneralTracker`` subclasses, Accelerate's (``accelerate.
     tracking.GeneralTracker`` subclasses) or any object with ``name``, ``start``,
-    ``store_init_configuration``, ``log`` and ``finish``.
+    ``store_init_configuration``, ``log`` and ``finish``. Names are this package's trackers and
+    those of classes registered with Accelerate's ``register_tracker_class``. ``"all"`` is
+    every tracker installed (a tracker that writes files only with a logging directory).
 
     Raises:
         TypeError: an entry is neither a name nor a tracker.
@@ -179,9 +202,19 @@ def resolve_trackers(log_with: Any, logging_dir: str | None) -> list[Any]:
             raise invalid("log_with", entry, f"expected {supported}", TypeError)
         name = str(entry).lower()
         if name == LoggerType.ALL.value:
-            chosen.extend(n for n in PACKAGES if _available(n) and n not in chosen)
+            # Every tracker installed, as in Accelerate; those that write files only when there
+            # is a directory to write to.
+            chosen.extend(
+                n
+                for n in PACKAGES
+                if _available(n)
+                and n not in chosen
+                and (logging_dir is not None or not tracker_class(n).requires_logging_directory)
+            )
             continue
-        if name not in PACKAGES:
+        if name not in PACKAGES and registered_with_accelerate(entry) is not None:
+            name = entry  # a class registered with Accelerate: its name as registered
+        elif name not in PACKAGES:
             why = "no adapter for it here" if name in LoggerType else "unknown tracker"
             raise invalid(
                 "log_with",
@@ -286,7 +319,11 @@ class Trackers:
                 if not main:
                     continue
             elif isinstance(entry, str):
-                if tracker_class(entry).main_process_only and not main:
+                cls = tracker_class(entry)
+                # A class registered with Accelerate runs where Accelerate runs it: on the main
+                # process only.
+                foreign = not issubclass(cls, GeneralTracker)
+                if (foreign or cls.main_process_only) and not main:
                     continue
             elif entry.main_process_only and not main:
                 continue

@@ -196,3 +196,44 @@ def test_under_the_launcher_the_panel_charts_without_log_with():
 def test_under_the_launcher_accelerates_trackers_run_on_the_main_process_only():
     result = notebook_launcher(_accelerate_tracker_on_ranks, num_processes=2, ui="none")
     assert list(result) == [["start", "config", "log", "finish"], []]
+
+
+class Registered(Recorder):
+    """A tracker class made known to Accelerate by name; instances record into ``made``."""
+
+    name = "registered_recorder"
+    made: list = []
+
+    def __init__(self, run_name, **kwargs):
+        super().__init__()
+        self.calls.append(("init", run_name, kwargs))
+        Registered.made.append(self)
+
+
+def test_names_registered_with_accelerate_are_accepted_and_called_as_accelerate_calls_them():
+    from accelerate.tracking import LOGGER_TYPE_TO_CLASS, register_tracker_class
+
+    register_tracker_class(Registered)
+    try:
+        for make in (accelerate.Accelerator, Accelerator):
+            accelerator = make(cpu=True, log_with="registered_recorder")
+            accelerator.init_trackers("run", init_kwargs={"registered_recorder": {"a": 1}})
+            accelerator.log({"loss": 1.0}, step=1)
+            accelerator.end_training()
+            TheirState._reset_state(reset_partial_state=True)
+            TheirGradientState._reset_state()
+        theirs, ours = Registered.made
+        assert ours.calls == theirs.calls and ours.calls[0] == ("init", "run", {"a": 1})
+    finally:
+        LOGGER_TYPE_TO_CLASS.pop("registered_recorder", None)
+    with pytest.raises(ValueError, match="registered_recorder"):
+        Accelerator(log_with="registered_recorder")
+
+
+def test_all_leaves_out_trackers_that_need_a_directory_when_there_is_none(monkeypatch, tmp_path):
+    from notebook_launcher.accelerator import trackers
+
+    monkeypatch.setattr(trackers, "_available", lambda name: True)  # as if all were installed
+    assert Accelerator(log_with="all").log_with == ["notebook", "wandb", "mlflow"]
+    with_dir = Accelerator(log_with="all", project_dir=str(tmp_path)).log_with
+    assert with_dir == ["notebook", "tensorboard", "wandb", "mlflow"]
