@@ -103,8 +103,10 @@ class Accelerator:
         Deliberate differences from Accelerate: ``split_batches`` defaults to False (not a
         deprecation sentinel); DeepSpeed/FSDP/Megatron-LM/tensor parallelism and fp8 are not
         available; a job of one process is not wrapped in DistributedDataParallel; trackers
-        start on every process (each decides: TensorBoard writes from the main process, the
-        notebook tracker logs every rank); ``fp16`` on a device that cannot autocast to it
+        start on every process (each decides: TensorBoard, W&B and MLflow write from the main
+        process, the notebook tracker logs every rank; Accelerate's tracker objects and classes
+        run on the main process only, as in Accelerate); tracker names without an adapter here
+        are refused when the Accelerator is created; ``fp16`` on a device that cannot autocast to it
         fails at construction rather than silently running in full precision; ``save_state``
         also records each prepared loader's position in its epoch, and ``load_state`` resumes
         there, so no ``skip_first_batches`` is needed.
