@@ -169,7 +169,10 @@ class Checkpoints:
         models = self.prepared.models
         if self._save_hooks:
             os.makedirs(output_dir, exist_ok=True)
-            objects.weights = [self.get_state_dict(model) for model in models]
+            objects.weights = [  # as written without hooks: the models inside the wrappers
+                ops.extract_model_from_parallel(model, keep_torch_compile=False).state_dict()
+                for model in models
+            ]
             for hook in list(self._save_hooks.values()):
                 hook(list(models), objects.weights, output_dir)
         self.state.wait_for_everyone()

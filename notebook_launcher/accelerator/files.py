@@ -9,10 +9,11 @@ Layout of a checkpoint directory (the names Accelerate uses where it has them):
 - ``random_states_<rank>.pkl`` and ``dataloader_<i>_<rank>.bin``: one per process, since each
   process has its own random generators.
 
-Model weights are written as the prepared model's state dict (with a DistributedDataParallel
-``module.`` prefix in a job of several processes) and the random states as a ``torch.save``
-file with Accelerate's keys, so that Accelerate's ``load_state`` reads a checkpoint written here
-and ``load_state`` here reads one Accelerate wrote (a prefix is removed when the model has none).
+Model weights are written as the state dicts of the models inside the DistributedDataParallel
+and ``torch.compile`` wrappers (no ``module.`` or ``_orig_mod.`` prefix), and the random states
+as a ``torch.save`` file with Accelerate's keys, as Accelerate writes them: Accelerate's
+``load_state`` reads a checkpoint written here, and ``load_state`` here reads one Accelerate
+wrote (and one whose names carry a wrapper's prefix).
 """
 
 from __future__ import annotations
@@ -171,8 +172,11 @@ def save_training_state(
     os.makedirs(output_dir, exist_ok=True)
     shared = _writes_shared(save_on_each_node)
     weights = objects.weights
-    if weights is None:  # the wrapped models' own, as Accelerate writes them
-        weights = [m.state_dict() for m in objects.prepared.models]
+    if weights is None:  # the models inside the wrappers, as Accelerate writes them
+        weights = [
+            extract_model_from_parallel(m, keep_torch_compile=False).state_dict()
+            for m in objects.prepared.models
+        ]
     for i, state_dict in enumerate(weights):
         path = os.path.join(output_dir, model_file(i, safe_serialization))
         save(state_dict, path, save_on_each_node, safe_serialization)
@@ -295,7 +299,7 @@ def load_training_state(
     device = "cpu" if where == "cpu" else state.device
     targets = objects.prepared.models if objects.load_into is None else objects.load_into
     for i, model in enumerate(targets):
-        inner = extract_model_from_parallel(model)
+        inner = extract_model_from_parallel(model, keep_torch_compile=False)
         safe = os.path.join(input_dir, model_file(i, True))
         if os.path.exists(safe):
             from safetensors.torch import load_file

@@ -15,7 +15,7 @@ from accelerate.state import AcceleratorState as TheirState
 from accelerate.state import GradientState as TheirGradientState
 from safetensors.torch import load_file
 
-from notebook_launcher import Accelerator
+from notebook_launcher import Accelerator, notebook_launcher
 from notebook_launcher.state import reset_state
 
 
@@ -222,3 +222,52 @@ def test_save_model_writes_what_accelerate_writes(tmp_path, shard, safe):
     accelerate.utils.load_checkpoint_in_model(fresh, str(tmp_path / "ours"))
     for key, value in fresh.state_dict().items():
         torch.testing.assert_close(value, b[key], rtol=0, atol=0)
+
+
+def _launched_save_or_load(kind: str, directory: str, load: bool) -> dict:
+    """In a launched rank: train and save, or load; return the weights and the next draws."""
+    make = accelerate.Accelerator if kind == "theirs" else Accelerator
+    accelerator = make()
+    objects = accelerator.prepare(*_objects(1 if load else 0))
+    if load:
+        accelerator.load_state(directory)
+    else:
+        _train(accelerator, *objects)
+        accelerator.save_state(directory)
+    return {"state": _state(*objects), "draws": _draws()}
+
+
+@pytest.mark.parametrize("saver, loader", [("theirs", "ours"), ("ours", "theirs")])
+def test_checkpoints_of_a_two_rank_job_interchange(tmp_path, saver, loader):
+    directory = str(tmp_path / "ckpt")
+    saved = notebook_launcher(
+        _launched_save_or_load, (saver, directory, False), num_processes=2, ui="none"
+    )
+    loaded = notebook_launcher(
+        _launched_save_or_load, (loader, directory, True), num_processes=2, ui="none"
+    )
+    for rank in (0, 1):
+        _assert_same(loaded[rank]["state"], saved[rank]["state"])
+        assert loaded[rank]["draws"] == saved[rank]["draws"]  # each rank's own streams
+    assert saved[0]["draws"] != saved[1]["draws"]
+
+
+def test_a_compiled_model_is_saved_and_loaded_without_the_wrappers_prefix(tmp_path):
+    ours = Accelerator(cpu=True, dynamo_backend="eager")
+    objects = ours.prepare(*_objects(0))
+    _train(ours, *objects)
+    ours.save_state(str(tmp_path / "ckpt"))
+    saved = _state(ours.unwrap_model(objects[0], keep_torch_compile=False), *objects[1:])
+    assert not any("_orig_mod" in k for k in load_file(str(tmp_path / "ckpt/model.safetensors")))
+    reset_state()
+    theirs = accelerate.Accelerator(cpu=True)
+    loaded = theirs.prepare(*_objects(1))
+    theirs.load_state(str(tmp_path / "ckpt"))
+    _assert_same(_state(*loaded), saved)
+    _forget_theirs()
+    again = Accelerator(cpu=True, dynamo_backend="eager")
+    objects = again.prepare(*_objects(1))
+    again.load_state(str(tmp_path / "ckpt"))
+    _assert_same(
+        _state(again.unwrap_model(objects[0], keep_torch_compile=False), *objects[1:]), saved
+    )
