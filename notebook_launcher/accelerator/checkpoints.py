@@ -96,8 +96,8 @@ class Checkpoints:
 
         Note:
             Difference from Accelerate: ``models`` is a new list (removing from it does not
-            forget a prepared model) and the state dicts have no DistributedDataParallel
-            ``module.`` prefix.
+            forget a prepared model). The state dicts are those of the models inside the
+            DistributedDataParallel and compile wrappers, as in Accelerate.
         """
         return _register(self._save_hooks, hook)
 
