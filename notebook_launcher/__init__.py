@@ -45,6 +45,7 @@ from .launch import (
     plan_launch,
 )
 from .launch import warmup as _warmup
+from .live import Progress, log, progress, set_status
 from .ops import (
     DistributedOperationException,
     broadcast,
@@ -102,7 +103,6 @@ from .utils.kwargs import (
 )
 from .utils.memory import get_max_memory
 from .utils.versions import is_torch_version
-from .worker.live import Progress, log, progress, set_status
 
 __version__ = "0.1.0"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
-import notebook_launcher.worker.live as tracking
+import notebook_launcher.live as tracking
 from notebook_launcher.protocol.context import WorkerContext, set_context
 from notebook_launcher.protocol.events import TrackingBatch
 

@@ -13,8 +13,10 @@ The parts and the rules (README, "Layout"):
   ``backends`` and ``utils``. ``ui`` never imports ``launch`` or ``panel``; ``launch`` never
   imports ``panel``.
 * On the worker side, ``state`` imports no other worker part, ``ops`` only ``state``, ``data``
-  those two, ``worker`` and ``integrations`` (the adapters feeding other libraries' metrics to
-  the panels) only ``state`` and each other; ``accelerator`` sits on top.
+  those two; ``live`` (``log``, ``progress``, ``set_status``) only the common ground;
+  ``integrations`` (the adapters feeding other libraries' metrics to the panels) ``live`` and
+  ``state``; ``worker`` (the bootstrap) those three: one way, ``worker -> integrations ->
+  live``. ``accelerator`` sits on top.
 * Module-level imports form no circle (the order of imports can never break ``import``), and
   neither do all imports together: an import moved into a function must not hide a circle.
 """
@@ -30,7 +32,7 @@ ROOT = Path(os.environ.get("LAYERS_ROOT", Path(__file__).resolve().parent.parent
 
 COMMON = {"protocol", "backends", "utils"}
 KERNEL = {"launch", "ui", "panel"}
-WORKER = {"worker", "integrations", "state", "data", "ops", "accelerator"}
+WORKER = {"worker", "integrations", "live", "state", "data", "ops", "accelerator"}
 TOP = {"__init__", "demo", "run"}  # the public facade and the two command-line entry points
 ALLOWED = {
     "utils": {"utils"},
@@ -42,8 +44,9 @@ ALLOWED = {
     "state": {"state"} | COMMON,
     "ops": {"ops", "state"} | COMMON,
     "data": {"data", "ops", "state"} | COMMON,
-    "worker": {"worker", "integrations", "state"} | COMMON,
-    "integrations": {"integrations", "worker", "state"} | COMMON,
+    "live": {"live"} | COMMON,
+    "integrations": {"integrations", "live", "state"} | COMMON,
+    "worker": {"worker", "integrations", "live", "state"} | COMMON,
     "accelerator": WORKER | COMMON,
 }
 

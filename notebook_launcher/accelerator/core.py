@@ -236,7 +236,7 @@ class Accelerator:
 
     @sync_gradients.setter
     def sync_gradients(self, value: bool) -> None:
-        self.gradient_state._set_sync_gradients(value)
+        self.gradient_state.set_sync_gradients(value)
 
     @property
     def gradient_accumulation_steps(self) -> int:

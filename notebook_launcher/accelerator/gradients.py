@@ -64,10 +64,10 @@ class GradientStep:
         gradient_state = self.gradient_state
         if gradient_state.sync_with_dataloader and gradient_state.end_of_dataloader:
             self.step = 0
-            gradient_state._set_sync_gradients(True)
+            gradient_state.set_sync_gradients(True)
         else:
             self.step += 1
-            gradient_state._set_sync_gradients(self.step % gradient_state.num_steps == 0)
+            gradient_state.set_sync_gradients(self.step % gradient_state.num_steps == 0)
 
     @contextlib.contextmanager
     def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:

@@ -128,7 +128,7 @@ class Preparation:
         handler = self.accelerator.ddp_handler or DistributedDataParallelKwargs()
         device = self.accelerator.device
         job = PartialState()
-        backend = job._backend
+        backend = job.device_backend
         ids = [device.index] if backend.accelerator and device.index is not None else None
         wrapped = DistributedDataParallel(
             model, device_ids=ids, output_device=ids[0] if ids else None, **handler.to_kwargs()

@@ -18,11 +18,11 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from .. import live
 from ..protocol.context import current_context
 from ..utils.enums import LoggerType
 from ..utils.profiling import ProfileKwargs
 from ..utils.validation import invalid
-from ..worker import live
 from .tracker_adapters import MLflowTracker, WandBTracker
 from .tracker_base import GeneralTracker
 

@@ -189,13 +189,6 @@ class XlaBackend(Backend):
         return XlaCommunicator(state)
 
     @staticmethod
-    def ordinals() -> tuple[int, int, int]:
-        """(global ordinal, local ordinal, world size) of the calling replica."""
-        import torch_xla.runtime as xr
-
-        return int(xr.global_ordinal()), int(xr.local_ordinal()), int(xr.world_size())
-
-    @staticmethod
     def autocast_dtype(mixed_precision: str) -> torch.dtype | None:
         """The autocast dtype for ``mixed_precision`` on XLA: bfloat16 for "bf16", else None.
 

@@ -152,11 +152,11 @@ class DataLoaderStateMixin:
                 self.remainder = self.total_dataset_length % self.total_batch_size
             except (TypeError, AttributeError, ZeroDivisionError, NotImplementedError):
                 pass
-        self.gradient_state._add_dataloader(self)
+        self.gradient_state.add_dataloader(self)
 
     def end(self) -> None:
         """Finish an epoch (or leave it early): the loader is no longer the active one."""
-        self.gradient_state._remove_dataloader(self)
+        self.gradient_state.remove_dataloader(self)
 
 
 class PreparedLoaderMixin(DataLoaderStateMixin):

@@ -285,7 +285,7 @@ def prepare_data_loader(
 
 def _on_xla(device: torch.device | None) -> bool:
     """Whether this process is a replica of an XLA job (asked only with ``put_on_device``)."""
-    if device is not None and device.type != "xla" and not PartialState._shared_state:
+    if device is not None and device.type != "xla" and PartialState.current() is None:
         return False  # no state was created and the device is not an XLA one
     return PartialState().distributed_type is DistributedType.XLA
 

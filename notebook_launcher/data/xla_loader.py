@@ -108,7 +108,7 @@ class _DeviceBatches:
         self._mp = MpDeviceLoader(self._source, self._device)
         self._batches = iter(self._mp) if first is not _END else iter(())
 
-    def _reset(self, loader: DataLoader, first_iter: bool = False) -> None:
+    def _reset(self, loader: DataLoader) -> None:
         self.close()
         self._start(loader)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from accelerate.tracking import GeneralTracker
 
-from ..worker import live as tracking
+from .. import live as tracking
 from .values import check_mapping, numbers_of, step_of
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from lightning.fabric.loggers import Logger
 
-from ..worker import live as tracking
+from .. import live as tracking
 from .values import check_mapping, numbers_of, step_of
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from lightning.pytorch.loggers import Logger
 
-from ..worker import live as tracking
+from .. import live as tracking
 from .values import check_mapping, numbers_of, step_of
 
 # Lightning adds the epoch to what it logs; the panel's step axis already says where it was.

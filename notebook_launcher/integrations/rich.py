@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Any
 
-from ..worker import live
+from .. import live
 from . import hooks
 
 _CAPTURED_FDS = (1, 2)

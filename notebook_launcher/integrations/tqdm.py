@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any
 
-from ..worker import live
+from .. import live
 from . import hooks
 
 _NOTEBOOK_ONLY = ("display",)  # keywords tqdm_notebook takes and the text bar does not

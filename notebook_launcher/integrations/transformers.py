@@ -15,7 +15,7 @@ from typing import Any
 
 from transformers.trainer_callback import TrainerCallback
 
-from ..worker import live as tracking
+from .. import live as tracking
 from .values import numbers_of
 
 # Logged once at the end of training or evaluation: speeds and counters, not curves. The

@@ -7,7 +7,7 @@ import numbers
 from collections.abc import Mapping
 from typing import Any
 
-from ..worker.live import MAX_NAME
+from ..live import MAX_NAME
 
 
 def is_number(value: Any) -> bool:

@@ -95,7 +95,7 @@ class WorkerStopped:
 
 @dataclass(frozen=True)
 class TrackingBatch:
-    """What a rank reported through :mod:`notebook_launcher.worker.live` since its last batch.
+    """What a rank reported through :mod:`notebook_launcher.live` since its last batch.
 
     Sent by a background thread of the worker about ten times a second, and once more before the
     worker reports its result or failure, so nothing logged before a normal exit is lost.

@@ -12,6 +12,7 @@ from typing import Any
 import cloudpickle
 import torch
 
+from .. import live
 from ..backends import shared_memory
 from ..integrations import prepare_worker as prepare_integrations
 from ..protocol import results
@@ -23,7 +24,7 @@ from ..protocol.spec import WorkerSpec
 from ..state import reset_state
 from ..utils.processes import die_with_parent
 from ..utils.tree import to_cpu
-from . import exit_barrier, live, stopping
+from . import exit_barrier, stopping
 
 
 def torchrun_environment(ctx: WorkerContext, spec: WorkerSpec) -> dict[str, str]:

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 from channel import pose_as_worker
 
-import notebook_launcher.worker.live as tracking
+import notebook_launcher.live as tracking
 from notebook_launcher import notebook_launcher
 from notebook_launcher.integrations import (
     ENV_SWITCH,

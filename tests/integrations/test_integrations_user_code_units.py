@@ -10,7 +10,7 @@ import sys
 import pytest
 from channel import pose_as_worker
 
-import notebook_launcher.worker.live as tracking
+import notebook_launcher.live as tracking
 from notebook_launcher.integrations import _launched_strategy, hooks
 from notebook_launcher.integrations import rich as rich_integration
 from notebook_launcher.integrations import tqdm as tqdm_integration

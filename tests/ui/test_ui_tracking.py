@@ -9,7 +9,7 @@ import pytest
 import torch
 from channel import pose_as_worker
 
-import notebook_launcher.worker.live as tracking
+import notebook_launcher.live as tracking
 from notebook_launcher import log, notebook_launcher, progress, set_status
 from notebook_launcher.protocol.events import TrackingBatch
 

@@ -25,10 +25,10 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ..backends import Backend, backend_for
-from ..protocol.context import current_context
-from ..protocol.events import TrackingBatch
-from ..utils.validation import short_repr
+from .backends import Backend, backend_for
+from .protocol.context import current_context
+from .protocol.events import TrackingBatch
+from .utils.validation import short_repr
 
 SEND_EVERY = 0.1  # seconds between batches sent by the background thread
 WAKE_AT = 4096  # buffered records that wake the background thread early
