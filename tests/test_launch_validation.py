@@ -220,3 +220,18 @@ def test_plan_launch_takes_a_record_or_keywords_and_starts_nothing():
         plan_launch(num_processes=2, ui="web")
     with pytest.raises(TypeError, match="bogus is not a setting of notebook_launcher"):
         plan_launch(num_processes=2, bogus=1)
+
+
+def test_more_processes_than_gpus_are_refused_when_planned():
+    """Checked on any machine with a backend that says it has one GPU (nothing is started)."""
+    from notebook_launcher.backends.cuda import CudaBackend
+
+    class OneGpu(CudaBackend):
+        def device_count(self) -> int:
+            return 1
+
+    with pytest.raises(ValueError) as info:
+        plan_launch(num_processes=2, backend=OneGpu())
+    message = str(info.value)
+    assert "num_processes=2" in message and "1 GPU:" in message
+    assert "at most one process per GPU" in message

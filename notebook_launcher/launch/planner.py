@@ -53,7 +53,7 @@ def plan_launch(
     s = settings
     backend = backend or launch_backend()
     devices = backend.device_count() if backend.accelerator else 0
-    num_processes = _num_processes(s.num_processes, devices)
+    num_processes = _num_processes(s.num_processes, devices, backend)
     requested = s.start_method
     method = backend.start_method("fork" if requested == AUTO_START_METHOD else requested)
     if s.mixed_precision not in backend.precisions:
@@ -95,9 +95,9 @@ def plan_launch(
     )
 
 
-def _num_processes(requested: int | None, devices: int) -> int:
-    """The processes to start on this node: every device when none was asked for; at most a
-    few per core on a CPU (GPU and XLA launchers bound their own counts)."""
+def _num_processes(requested: int | None, devices: int, backend: Backend) -> int:
+    """The processes to start on this node: every device when none was asked for; at most one
+    per GPU, and a few per core on a CPU (the XLA launcher bounds its own count)."""
     if requested is None:
         if devices > 0:  # every GPU, or every XLA device (TPU core)
             return devices
@@ -106,6 +106,14 @@ def _num_processes(requested: int | None, devices: int) -> int:
             None,
             f"this machine has no GPU, so say how many CPU processes to start, "
             f"e.g. num_processes=2 (it has {available_cpu_count()} usable cores)",
+        )
+    if backend.name == "cuda" and requested > devices:
+        # Extra ranks would share a GPU, which NCCL refuses only later, mid-set-up.
+        raise invalid(
+            "num_processes",
+            requested,
+            f"this machine has {devices} GPU{'s' if devices != 1 else ''}: at most one process "
+            f"per GPU (num_processes <= {devices}; debug_launcher runs more on CPU processes)",
         )
     if devices > 0:
         return requested
