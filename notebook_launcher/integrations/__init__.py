@@ -14,7 +14,8 @@ the same events as ``log``, ``progress`` and ``set_status``:
 * :class:`~notebook_launcher.integrations.accelerate.NotebookTracker`, an
   ``accelerate.tracking.GeneralTracker``: what ``accelerator.log`` records once
   ``accelerator.init_trackers(...)`` ran (Accelerate logs on the main process only).
-  notebook_launcher's own ``Accelerator`` has ``log_with="notebook"`` for the same.
+  notebook_launcher's own ``Accelerator`` adds its ``"notebook"`` tracker the same way in a
+  launched worker (and takes ``log_with="notebook"`` explicitly too).
 
 In a worker started by ``notebook_launcher`` all four are on by default: every
 ``transformers.Trainer`` created in the launched function gets the callback (it is added to
