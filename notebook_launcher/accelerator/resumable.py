@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..data import DataLoaderDispatcher, DataLoaderShard
+from ..data.stateful import restore_epoch_start
 from ..utils.validation import invalid
 
 _STATE_KEYS = ("iteration", "generators", "torch", "position", "in_epoch", "seed")
@@ -98,18 +99,7 @@ class ResumableMixin:
             raise invalid(
                 "state_dict", state_dict, "expected the dict a resumable loader's state_dict gave"
             )
-        generators = self._generators()
-        if len(generators) != len(state_dict["generators"]):
-            raise ValueError(
-                f"state_dict holds {len(state_dict['generators'])} generator states but this "
-                f"loader has {len(generators)} generators: it was saved from a different loader"
-            )
-        for generator, state in zip(generators, state_dict["generators"], strict=True):
-            generator.set_state(state)
-        sampler = self.get_sampler()  # type: ignore[attr-defined]
-        if state_dict["seed"] is not None and hasattr(sampler, "initial_seed"):
-            sampler.initial_seed = state_dict["seed"]
-        self.iteration = state_dict["iteration"]
+        restore_epoch_start(self, self._generators(), state_dict)
         self._resume = dict(state_dict) if state_dict["in_epoch"] else None
 
 

@@ -137,18 +137,7 @@ class _StatefulMixin:
         if set(state_dict) != set(_KEYS):  # torchdata's own
             _base().load_state_dict(self, state_dict)
             return
-        generators = self._generators()
-        if len(generators) != len(state_dict["generators"]):
-            raise ValueError(
-                f"state_dict holds {len(state_dict['generators'])} generator states but this "
-                f"loader has {len(generators)} generators: it was saved from a different loader"
-            )
-        for generator, state in zip(generators, state_dict["generators"], strict=True):
-            generator.set_state(state)
-        sampler = self.get_sampler()  # type: ignore[attr-defined]
-        if state_dict["seed"] is not None and hasattr(sampler, "initial_seed"):
-            sampler.initial_seed = state_dict["seed"]
-        self.iteration = state_dict["iteration"]
+        restore_epoch_start(self, self._generators(), state_dict)
         if state_dict["in_epoch"]:
             _base().load_state_dict(self, state_dict["loader"])
             self._resume = dict(state_dict)
@@ -156,6 +145,23 @@ class _StatefulMixin:
 
 _END = object()
 STATEFUL_FLAVOUR[:] = [stateful_loader_class]
+
+
+def restore_epoch_start(loader: Any, generators: list[torch.Generator], state: dict) -> None:
+    """Put ``loader`` back at the start of the epoch ``state`` was saved in: its generators'
+    states, its sampler's seed and its epoch count (a resumable or stateful loader's
+    ``state_dict``)."""
+    if len(generators) != len(state["generators"]):
+        raise ValueError(
+            f"state_dict holds {len(state['generators'])} generator states but this "
+            f"loader has {len(generators)} generators: it was saved from a different loader"
+        )
+    for generator, saved in zip(generators, state["generators"], strict=True):
+        generator.set_state(saved)
+    sampler = loader.get_sampler()
+    if state["seed"] is not None and hasattr(sampler, "initial_seed"):
+        sampler.initial_seed = state["seed"]
+    loader.iteration = state["iteration"]
 
 
 def _base() -> type:

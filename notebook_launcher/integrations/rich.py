@@ -23,6 +23,7 @@ from typing import Any
 
 from .. import live
 from . import hooks
+from .bars import NestedBar
 
 _CAPTURED_FDS = (1, 2)
 
@@ -73,13 +74,14 @@ def plain_consoles(module: Any) -> None:
     hooks.replace(console, "_color_system", _ColourSystem())
 
 
-class RichProgress:
-    """What the status panel reads from a ``rich.progress.Progress`` (as ``live.Progress``):
-    its latest visible unfinished task, or the last task once all are done."""
+class RichProgress(NestedBar):
+    """What the status panel reads from a ``rich.progress.Progress`` (see
+    :class:`.bars.NestedBar`): its latest visible unfinished task, or the last task once all
+    are done."""
 
     def __init__(self, progress: Any, under: Any = None) -> None:
+        super().__init__(under)
         self.progress = progress
-        self.under = under if under is not None and not under.closed else None
         self._started = time.monotonic()
 
     def _tasks(self) -> list[Any]:
@@ -92,13 +94,7 @@ class RichProgress:
         tasks = self._tasks()
         return stopped or bool(tasks) and all(task.finished for task in tasks)
 
-    @property
-    def closed(self) -> bool:
-        return self.own_closed and (self.under is None or self.under.closed)
-
-    def snapshot(self) -> tuple[str | None, int, int | None, float]:
-        if self.own_closed and self.under is not None:
-            return self.under.snapshot()  # the enclosing bar, running or, at the end, closed
+    def own_snapshot(self) -> tuple[str | None, int, int | None, float]:
         tasks = self._tasks()
         running = [task for task in tasks if not task.finished]
         task = (running or tasks or [None])[-1]

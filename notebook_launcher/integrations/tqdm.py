@@ -20,34 +20,25 @@ from typing import Any
 
 from .. import live
 from . import hooks
+from .bars import NestedBar
 
 _NOTEBOOK_ONLY = ("display",)  # keywords tqdm_notebook takes and the text bar does not
 
 
-class TqdmProgress:
-    """What the status panel reads from a tqdm bar (the interface of ``live.Progress``).
-
-    ``under`` is the bar shown before this one: a nested bar (an evaluation loop inside a
-    training loop) that closes hands the column back to it while it still runs.
-    """
+class TqdmProgress(NestedBar):
+    """What the status panel reads from a tqdm bar (see :class:`.bars.NestedBar`)."""
 
     def __init__(self, bar: Any, under: Any = None) -> None:
+        super().__init__(under)
         self.bar = bar
         self._started = time.monotonic()
         self._ended: float | None = None
-        self.under = under if under is not None and not under.closed else None
 
     @property
     def own_closed(self) -> bool:
         return bool(self.bar.disable)  # tqdm disables a bar when it closes
 
-    @property
-    def closed(self) -> bool:
-        return self.own_closed and (self.under is None or self.under.closed)
-
-    def snapshot(self) -> tuple[str | None, int, int | None, float]:
-        if self.own_closed and self.under is not None:
-            return self.under.snapshot()  # the enclosing bar, running or, at the end, closed
+    def own_snapshot(self) -> tuple[str | None, int, int | None, float]:
         bar = self.bar
         if self.own_closed and self._ended is None:
             self._ended = time.monotonic()  # a closed bar's elapsed time stops
