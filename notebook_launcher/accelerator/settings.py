@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..data.loaders import check_rng_types as check_loader_rng_types
 from ..utils.dataclasses import GradientAccumulationPlugin
 from ..utils.kwargs import (
     AutocastKwargs,
@@ -78,9 +79,7 @@ def accumulation_plugin(steps: Any, plugin: Any) -> GradientAccumulationPlugin:
 
 
 def check_rng_types(rng_types: Any) -> list[str]:
-    """The generators synchronised at each epoch (default ``["generator"]``)."""
-    if rng_types is None:
-        return ["generator"]
-    if not isinstance(rng_types, (list, tuple)):
-        raise invalid("rng_types", rng_types, "expected a list of RNGType values", TypeError)
-    return list(rng_types)
+    """The generators synchronised at each epoch (default ``["generator"]``), checked as the
+    data loaders check them."""
+    checked = check_loader_rng_types(rng_types)
+    return ["generator"] if checked is None else checked
