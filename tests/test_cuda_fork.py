@@ -210,7 +210,7 @@ def test_preflight_offers_spawn_and_auto_switches(driver_double):
     picklable, lock = found["errors"]["picklable"], found["errors"]["lock"]
     assert "outside torch" in picklable and "initialization error" in picklable
     assert "start_method='spawn'" in picklable and "start_method='auto'" in picklable
-    assert "args[0] (lock) cannot be pickled" in lock
+    assert "args[0] (_thread.lock) cannot be pickled" in lock
     assert found["auto"] == [9, 9] and found["spawn"] == [16, 16]
 
 

@@ -77,8 +77,9 @@ def test_spawn_unpicklable_function_is_named():
     with pytest.raises(TypeError) as info:
         launch(uses_lock, num_processes=2, start_method="spawn")
 
-    assert str(info.value).startswith("function")
-    assert "cannot be pickled" in str(info.value)
+    # Named down to the variable it closes over, not just "function".
+    assert str(info.value).startswith("closure variable `lock` of ")
+    assert "uses_lock (_thread.lock) cannot be pickled" in str(info.value)
 
 
 def test_unpicklable_argument_is_fine_under_fork():
@@ -106,3 +107,45 @@ def test_unpicklable_return_value_names_the_rank():
     assert "lock" in str(error)
     assert error.launch_failure.rank == 1
     assert "rank 1 (local rank 1" in "\n".join(error.__notes__)
+
+
+CELL = """
+import threading
+lock = threading.Lock()
+
+def train():
+    with lock:
+        return 1
+
+def outer():
+    handle = open(__file__) if False else threading.Lock()
+
+    def step():
+        with handle:
+            return 2
+
+    return step
+"""
+
+
+def _cell_functions():
+    """Functions as a notebook cell defines them: in a module nothing can import, so cloudpickle
+    ships them by value, with the globals and closures they use."""
+    namespace = {"__name__": "notebook_cell_that_cannot_be_imported"}
+    exec(compile(CELL, "<ipython-input-1>", "exec"), namespace)
+    return namespace["train"], namespace["outer"]()
+
+
+def test_spawn_names_the_global_a_function_uses_that_cannot_be_pickled():
+    train, _ = _cell_functions()
+    with pytest.raises(TypeError) as info:
+        launch(train, num_processes=2, start_method="spawn")
+    message = str(info.value)
+    assert message.startswith("global `lock` used by train (_thread.lock) cannot be pickled")
+
+
+def test_spawn_names_the_closure_variable_that_cannot_be_pickled():
+    _, step = _cell_functions()
+    with pytest.raises(TypeError) as info:
+        launch(step, num_processes=2, start_method="spawn")
+    assert str(info.value).startswith("closure variable `handle` of outer.<locals>.step")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import types
 from dataclasses import replace
 from typing import Any
 
@@ -74,10 +75,56 @@ def find_unpicklable(value: Any, name: str, depth: int = 0) -> str | None:
             inner = find_unpicklable(child, child_name, depth + 1)
             if inner is not None:
                 return inner
-    return f"{name} ({type(value).__name__}) cannot be pickled: {error}"
+    return f"{name} ({_type_name(value)}) cannot be pickled: {error}"
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    module = kind.__module__
+    return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
+
+
+def _function_parts(function: types.FunctionType) -> list[tuple[str, Any]]:
+    """What a function defined in a cell carries when it travels by value: the globals its code
+    names, the variables it closes over and its defaults, each labelled for a message."""
+    owner = getattr(function, "__qualname__", "the function")
+    parts = [
+        (f"closure variable `{var}` of {owner}", cell.cell_contents)
+        for var, cell in zip(
+            function.__code__.co_freevars, function.__closure__ or (), strict=False
+        )
+        if _has_contents(cell)
+    ]
+    namespace = function.__globals__
+    parts += [
+        (f"global `{name}` used by {owner}", namespace[name])
+        for name in _global_names(function.__code__)
+        if name in namespace
+    ]
+    parts += [(f"a default of {owner}", d) for d in function.__defaults__ or ()]
+    return parts
+
+
+def _global_names(code: types.CodeType) -> list[str]:
+    """The names a code object (and the code nested in it) may read as globals, in order."""
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names += [n for n in _global_names(const) if n not in names]
+    return names
+
+
+def _has_contents(cell: Any) -> bool:
+    try:
+        _ = cell.cell_contents
+    except ValueError:  # a variable not yet assigned
+        return False
+    return True
 
 
 def _children(value: Any, name: str):
+    if isinstance(value, types.FunctionType):
+        return _function_parts(value)
     if isinstance(value, dict):
         return [(f"{name}[{k!r}]", v) for k, v in list(value.items())[:100]]
     if isinstance(value, (list, tuple, set, frozenset)):

@@ -391,7 +391,7 @@ def test_an_unpicklable_argument_is_explained_for_xla():
     with pytest.raises(TypeError) as info:
         notebook_launcher(identity_of, args=({"lock": threading.Lock()},), ui="none")
     message = str(info.value)
-    assert message.startswith("args[0]['lock'] (lock) cannot be pickled")
+    assert message.startswith("args[0]['lock'] (_thread.lock) cannot be pickled")
     assert "xmp.spawn pickles the function and its arguments" in message
     assert "start_method='fork'" not in message and "cloudpickle" in message
 
