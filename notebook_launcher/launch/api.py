@@ -10,6 +10,7 @@ from typing import Any
 from ..backends import CpuBackend
 from ..ui import RunPanel, create_view
 from . import exclusive
+from .errors import shown_as_argument_errors
 from .plan import LaunchPlan
 from .planner import plan_launch
 from .preflight import check_args, check_function, run_preflight
@@ -141,32 +142,33 @@ def notebook_launcher(
         >>> notebook_launcher(train, args=(0.1,), num_processes=2).values
         [0.0, 0.1]
     """
-    check_function(function)
-    call_args = check_args(args)
-    settings = LaunchSettings(
-        num_processes=num_processes,
-        mixed_precision=mixed_precision,
-        use_port=use_port,
-        master_addr=master_addr,
-        node_rank=node_rank,
-        num_nodes=num_nodes,
-        rdzv_backend=rdzv_backend,
-        rdzv_endpoint=rdzv_endpoint,
-        rdzv_conf=rdzv_conf,
-        rdzv_id=rdzv_id,
-        max_restarts=max_restarts,
-        monitor_interval=monitor_interval,
-        log_line_prefix_template=log_line_prefix_template,
-        start_method=start_method,
-        timeout=timeout,
-        stall_timeout=stall_timeout,
-        stall_notice=stall_notice,
-        stop_grace=stop_grace,
-        threads_per_process=threads_per_process,
-        output=output,
-        ui=ui,
-        rdzv_timeout=rdzv_timeout,
-    )
+    with shown_as_argument_errors():
+        check_function(function)
+        call_args = check_args(args)
+        settings = LaunchSettings(
+            num_processes=num_processes,
+            mixed_precision=mixed_precision,
+            use_port=use_port,
+            master_addr=master_addr,
+            node_rank=node_rank,
+            num_nodes=num_nodes,
+            rdzv_backend=rdzv_backend,
+            rdzv_endpoint=rdzv_endpoint,
+            rdzv_conf=rdzv_conf,
+            rdzv_id=rdzv_id,
+            max_restarts=max_restarts,
+            monitor_interval=monitor_interval,
+            log_line_prefix_template=log_line_prefix_template,
+            start_method=start_method,
+            timeout=timeout,
+            stall_timeout=stall_timeout,
+            stall_notice=stall_notice,
+            stop_grace=stop_grace,
+            threads_per_process=threads_per_process,
+            output=output,
+            ui=ui,
+            rdzv_timeout=rdzv_timeout,
+        )
     return run_with_view(function, call_args, settings)
 
 
@@ -179,12 +181,15 @@ def debug_launcher(function: Callable[..., Any], args: tuple = (), num_processes
     Returns:
         A :class:`LaunchResult`, as :func:`notebook_launcher`.
     """
-    check_function(function)
-    call_args = check_args(args)
-    plan = plan_launch(LaunchSettings(num_processes=num_processes), backend=CpuBackend())
+    with shown_as_argument_errors():
+        check_function(function)
+        call_args = check_args(args)
+        plan = plan_launch(LaunchSettings(num_processes=num_processes), backend=CpuBackend())
     exclusive.claim(exclusive.describe("foreground", function, plan.num_processes))
     try:
-        return launch(function, call_args, run_preflight(function, call_args, plan))
+        with shown_as_argument_errors():
+            plan = run_preflight(function, call_args, plan)
+        return launch(function, call_args, plan)
     finally:
         exclusive.release()
 
@@ -198,10 +203,12 @@ def run_with_view(
     """Plan ``settings`` (unless ``plan`` is given), check the kernel, and run the plan in this
     thread with the view ``settings.ui`` names (status table, charts or console status)
     attached, as :func:`notebook_launcher` does. The checks come before anything is shown."""
-    plan = plan or plan_launch(settings)
+    with shown_as_argument_errors():
+        plan = plan or plan_launch(settings)
     exclusive.claim(exclusive.describe("foreground", function, plan.num_processes))
     try:
-        plan = run_preflight(function, args, plan)
+        with shown_as_argument_errors():
+            plan = run_preflight(function, args, plan)
         view = create_view(
             settings.ui, plan.num_processes, plan.output, first_rank=plan.global_rank(0)
         )

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..ui import RunPanel, create_view
 from . import exclusive
-from .errors import LaunchStoppedError
+from .errors import LaunchStoppedError, shown_as_argument_errors
 from .plan import LaunchPlan
 from .planner import plan_launch
 from .preflight import check_args, check_function, run_preflight
@@ -199,10 +199,12 @@ def start_in_background(
     The preflight checks run here, once, so a launch they refuse raises now, not later in the
     thread. ``show=False`` leaves placing the view's widget to the caller (the config panel).
     """
-    plan = plan_launch(settings)
+    with shown_as_argument_errors():
+        plan = plan_launch(settings)
     exclusive.claim(exclusive.describe("background", function, plan.num_processes))
     try:
-        plan = run_preflight(function, args, plan)
+        with shown_as_argument_errors():
+            plan = run_preflight(function, args, plan)
         view = create_view(
             settings.ui,
             plan.num_processes,
@@ -242,9 +244,10 @@ def launch_in_background(
         >>> handle = launch_in_background(train, args=(3e-4,), num_processes=2)
         >>> handle.stop()  # or handle.wait() for the LaunchResult
     """
-    check_function(function)
-    call_args = check_args(args)
-    settings = LaunchSettings.from_options(num_processes=num_processes, **options)
+    with shown_as_argument_errors():
+        check_function(function)
+        call_args = check_args(args)
+        settings = LaunchSettings.from_options(num_processes=num_processes, **options)
     return start_in_background(function, call_args, settings)
 
 

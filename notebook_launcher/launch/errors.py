@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import os
 import re
 import sys
 import sysconfig
 import traceback
+from collections.abc import Iterator
 
 from ..protocol.failure import WorkerFailure
 from ..utils.cells import code_name
@@ -358,3 +361,19 @@ def _without_bootstrap(text: str) -> str:
     if kept and kept[0].startswith(_TRACEBACK_START):  # the report says whose traceback it is
         kept = kept[1:]
     return "\n".join(kept)
+
+
+@contextlib.contextmanager
+def shown_as_argument_errors() -> Iterator[None]:
+    """Around the checks before a launch: a ``TypeError``/``ValueError`` raised inside (a bad
+    setting, an argument that cannot travel) is shown by IPython as its message and the caller's
+    frames only, as a failed rank is, not through the launcher's own frames. Its type and text
+    are untouched, so ``except ValueError`` works as before."""
+    try:
+        yield
+    except (TypeError, ValueError) as error:
+        try:
+            error._render_traceback_ = functools.partial(render_traceback, error, str(error))
+        except AttributeError:  # an exception type that takes no attributes
+            pass
+        raise

@@ -143,3 +143,44 @@ def test_stalled_rank_shows_every_stack_and_raises_worker_stalled_error(kernel):
         "notebook_launcher: 2 ranks: 2 stopped (stall_timeout expired); likely cause: rank 1"
     )
     print(f"cell start -> error message: {cell.error_at():.2f} s")
+
+
+@pytest.mark.parametrize(
+    "call, first_line",
+    [
+        ("notebook_launcher(train, num_processes=0)", "ValueError: num_processes=0 is not valid"),
+        ("notebook_launcher(train(), num_processes=2)", "TypeError: function=None is not valid"),
+        (
+            "notebook_launcher(train, num_processes=2, stall_timeout=-1)",
+            "ValueError: stall_timeout=-1 is not valid",
+        ),
+        (
+            "launch_in_background(train, num_processes=2, bogus=1)",
+            "TypeError: bogus is not a setting of notebook_launcher",
+        ),
+        (
+            "notebook_launcher(train, args=(threading.Lock(),), num_processes=2, "
+            "start_method='spawn')",
+            "TypeError: args[0] (_thread.lock) cannot be pickled",
+        ),
+    ],
+)
+def test_a_bad_argument_is_shown_without_the_launchers_frames(kernel, call, first_line):
+    cell = kernel.execute(
+        "import threading\n"
+        "from notebook_launcher import launch_in_background, notebook_launcher\n"
+        "def train(*args):\n    return None\n" + call,
+        timeout=60,
+    )
+    lines = cell.traceback().splitlines()
+    assert lines[0].startswith(first_line), lines
+    assert "notebook_launcher/" not in "\n".join(lines)  # none of the launcher's frames
+    callers = [line for line in lines if line.startswith("  Cell In[")]
+    assert len(callers) == 1 and callers[0].endswith(", in <module>"), lines  # the caller only
+    assert len(lines) < 12, lines
+    # The exception is the one Python code catches: its type and message are unchanged.
+    caught = kernel.execute(
+        f"try:\n    {call}\nexcept (TypeError, ValueError) as error:\n    print('caught', error)",
+        timeout=60,
+    )
+    assert caught.stream("stdout").startswith("caught " + first_line.split(": ", 1)[1])
