@@ -265,10 +265,38 @@ class LaunchPanel:
         update_display(bundle, raw=True, display_id=self.display_id)
         return True
 
+    def static_html(self) -> str:
+        """The panel's settings as plain HTML: what a saved or exported notebook (no widget
+        state) shows in its place."""
+        settings = self.settings()
+        name = getattr(self.function, "__qualname__", repr(self.function))
+        rows = [
+            ("processes", str(settings.num_processes)),
+            ("mixed precision", settings.mixed_precision),
+            ("start method", settings.start_method),
+            ("timeout", "none" if settings.timeout is None else f"{settings.timeout:g} s"),
+            (
+                "stall timeout",
+                "none" if settings.stall_timeout is None else f"{settings.stall_timeout:g} s",
+            ),
+            ("output", settings.output),
+        ]
+        cells = "".join(
+            f'<tr><td style="padding:0 8px 0 0;opacity:0.7">{k}</td><td>{html.escape(v)}</td></tr>'
+            for k, v in rows
+        )
+        return (
+            f'<div class="nl-launch-panel"><b>Launch</b> <code>{html.escape(name)}</code>'
+            f'<table class="nl-settings" style="font-size:12px">{cells}</table></div>'
+        )
+
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        display(widget_bundle(self.widget), raw=True)
+        # The widget where the frontend has its state; the settings as HTML and text elsewhere
+        # (a saved notebook reopened, an HTML export).
+        bundle = {**widget_bundle(self.widget), "text/html": self.static_html()}
+        display({**bundle, "text/plain": repr(self)}, raw=True)
         # Below it, an output with no data (drawn as nothing) that a run's final panel fills.
         self.display_id = self.display_id or f"notebook_launcher-panel-{uuid.uuid4().hex}"
         display({}, raw=True, display_id=self.display_id)

@@ -194,3 +194,22 @@ def test_a_background_launch_returns_at_once_and_keeps_updating_its_panel(kernel
     )
     assert printed == "[0, 1] finished\n"
     json.dumps([m["content"] for m in from_thread], default=str)  # plain data only
+
+
+def test_the_config_panel_leaves_its_settings_in_a_saved_notebook(kernel):
+    cell = kernel.execute(
+        "from notebook_launcher import LaunchPanel\n"
+        "def fit(steps):\n    return steps\n"
+        "LaunchPanel(fit, args=(3,), num_processes=2, timeout=30)",
+        timeout=60,
+    )
+    shown = [m["content"]["data"] for m in cell.of_type("display_data")]
+    panel = next(data for data in shown if "application/vnd.jupyter.widget-view+json" in data)
+    # Beside the widget: what a notebook saved without widget state, or exported, shows.
+    assert panel["text/plain"] == "LaunchPanel(fit, idle)"
+    html = panel["text/html"]
+    assert '<div class="nl-launch-panel"><b>Launch</b> <code>fit</code>' in html
+    assert "<td>processes</td><td>2</td>" in html.replace(
+        '<td style="padding:0 8px 0 0;opacity:0.7">', "<td>"
+    )
+    assert "<td>30 s</td>" in html
