@@ -213,3 +213,31 @@ def test_the_config_panel_leaves_its_settings_in_a_saved_notebook(kernel):
         '<td style="padding:0 8px 0 0;opacity:0.7">', "<td>"
     )
     assert "<td>30 s</td>" in html
+
+
+ACCELERATOR_LOG = r"""
+import time
+from notebook_launcher import Accelerator, notebook_launcher
+
+def train(steps):
+    accelerator = Accelerator()  # no log_with: the panel is fed as Accelerate's is under a launcher
+    accelerator.init_trackers("demo")
+    for step in range(steps):
+        accelerator.log({"loss": 1.0 / (step + 1)}, step=step)
+        time.sleep(0.05)
+    accelerator.end_training()
+
+notebook_launcher(train, args=(20,), num_processes=2)
+"""
+
+
+def test_our_accelerators_log_is_charted_with_default_settings(kernel):
+    cell = kernel.execute(ACCELERATOR_LOG, 90)
+    assert cell.error() is None, cell.output()
+    kept = [
+        m["content"]["data"].get("text/html", "")
+        for m in cell.of_type("display_data")
+        if "text/html" in m["content"]["data"]
+    ]
+    final = kept[-1]
+    assert 'data-metric="loss"' in final  # the static copy's chart of the logged loss
