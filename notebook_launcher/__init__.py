@@ -106,6 +106,21 @@ from .utils.versions import is_torch_version
 
 __version__ = "0.1.0"
 
+
+def _offer_in_utils() -> None:
+    """``notebook_launcher.utils`` offers what ``accelerate.utils`` does; the names that live in
+    other parts (the collectives, the config file) are added to it here, so that ``utils``
+    itself imports no other part of the package."""
+    from . import ops, utils
+
+    names = {name: getattr(ops, name) for name in ops.__all__}
+    names.update(load_config=load_config, write_basic_config=write_basic_config)
+    vars(utils).update(names)
+    utils.__all__ = sorted({*utils.__all__, *names})
+
+
+_offer_in_utils()
+
 # The package logs restarts, port fallbacks and teardowns to the "notebook_launcher" logger;
 # silent unless the application configures logging (logging.basicConfig(level=logging.INFO)).
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())

@@ -108,8 +108,63 @@ def _walk(node: ast.AST, top: bool = True):
         yield from _walk(child, inner)
 
 
+# Modules that import by a name known only when they run, and why that name is no layer's
+# business: everything else that calls importlib.import_module names a constant (read as an
+# import below) or a module-level ``_EXPORTS`` table of relative names (read likewise).
+DYNAMIC = {
+    "notebook_launcher.protocol.names": "a worker's entry point, named by the kernel as torchrun names a script",
+    "notebook_launcher.launch.warmup": "the worker's entry module, imported early so forks inherit it",
+    "notebook_launcher.worker.torchrun": "the user's training module",
+    "notebook_launcher.integrations.lightning_trainer": "the Lightning package in use",
+}
+
+
+def _dynamic_targets(module: str, package: bool, tree: ast.AST) -> list[tuple[str, bool]]:
+    """What a module imports through ``importlib.import_module``: constant names, and the
+    relative names of its ``_EXPORTS`` table (a lazy facade)."""
+    found: list[tuple[str, bool]] = []
+    exports = [
+        key.value
+        for node in getattr(tree, "body", [])
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets)
+        and isinstance(node.value, ast.Dict)
+        for key in node.value.keys
+        if isinstance(key, ast.Constant) and isinstance(key.value, str)
+    ]
+    for node, top in _walk_calls(tree):
+        name = node.args[0] if node.args else None
+        if isinstance(name, ast.Constant) and isinstance(name.value, str):
+            names = [name.value]
+        elif exports:
+            names = exports
+        else:
+            assert module in DYNAMIC, f"{module} imports a module it names at run time"
+            continue
+        for target in names:
+            level = len(target) - len(target.lstrip("."))
+            fake = ast.ImportFrom(module=target.lstrip(".") or None, names=[], level=level)
+            fake.names = [ast.alias(name="*")]
+            absolute = _absolute(module, package, level, fake.module) if level else target
+            if absolute.split(".")[0] == PACKAGE:
+                found.append((absolute, top))
+    return found
+
+
+def _walk_calls(node: ast.AST, top: bool = True):
+    """Every ``import_module(...)`` call under ``node``, with whether it runs at import."""
+    for child in ast.iter_child_nodes(node):
+        inner = top and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        if isinstance(child, ast.Call):
+            func = child.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name == "import_module":
+                yield child, inner
+        yield from _walk_calls(child, inner)
+
+
 def _imports() -> dict[str, set[tuple[str, bool]]]:
-    """Module -> {(imported module, at module level)}."""
+    """Module -> {(imported module, at module level)}, dynamic imports included."""
     edges: dict[str, set[tuple[str, bool]]] = {}
     for module, (path, package) in MODULES.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -119,6 +174,11 @@ def _imports() -> dict[str, set[tuple[str, bool]]]:
             for target in _targets(module, package, node)
             if target != module
         }
+        for target, top in _dynamic_targets(module, package, tree):
+            while target not in MODULES and "." in target:
+                target = target.rpartition(".")[0]
+            if target != module:
+                edges[module].add((target, top))
     return edges
 
 

@@ -1,8 +1,11 @@
 """Small helpers shared by the kernel side and the worker side.
 
-The Accelerate-style utility names (``is_bf16_available``, ``get_max_memory``,
-``write_basic_config``, the enums and kwargs handlers ...) are importable from here, as from
-``accelerate.utils``; they load on first use, so importing one submodule stays cheap.
+The Accelerate-style utility names (``is_bf16_available``, ``get_max_memory``, the enums and
+kwargs handlers ...) are importable from here, as from ``accelerate.utils``; they load on first
+use, so importing one submodule stays cheap. This folder imports no other part of the package:
+the names ``accelerate.utils`` also offers from other parts (``gather``, ``reduce``,
+``write_basic_config`` ...) are added here by the package's ``__init__``, which imports them
+anyway.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ _EXPORTS = {
     ".versions": ("compare_versions", "is_torch_version"),
     ".memory": ("convert_file_size_to_int", "get_max_memory"),
     ".batch_size": ("find_executable_batch_size", "release_memory"),
-    "..backends.config": ("load_config", "write_basic_config"),
     ".dataclasses": ("GradientAccumulationPlugin", "KwargsHandler"),
     ".fp8": ("FP8RecipeKwargs",),
     ".profiling": ("ProfileKwargs",),
@@ -35,32 +37,6 @@ _EXPORTS = {
         "LoggerType",
         "PrecisionType",
         "RNGType",
-    ),
-    "..ops": (
-        "DistributedOperationException",
-        "broadcast",
-        "broadcast_object_list",
-        "compute_module_sizes",
-        "concatenate",
-        "convert_to_fp32",
-        "extract_model_from_parallel",
-        "find_batch_size",
-        "gather",
-        "gather_object",
-        "get_max_layer_size",
-        "honor_type",
-        "is_torch_tensor",
-        "listify",
-        "offload_state_dict",
-        "pad_across_processes",
-        "recursively_apply",
-        "reduce",
-        "save",
-        "send_to_device",
-        "set_seed",
-        "synchronize_rng_state",
-        "synchronize_rng_states",
-        "wait_for_everyone",
     ),
     ".kwargs": (
         "AutocastKwargs",
