@@ -173,7 +173,7 @@ def local_transport(world: int):
     """torch.distributed's collectives replaced by local copies, for the wrappers' own cost."""
     import torch.distributed as dist
 
-    from notebook_launcher.ops import comm
+    from notebook_launcher.ops import communicator as comm
 
     def all_gather_single(out, tensor, *args, **kwargs):
         out.view(world, -1).copy_(tensor.reshape(1, -1))

@@ -10,7 +10,7 @@ from .accelerator import (
     GeneralTracker,
     ProjectConfiguration,
 )
-from .backends.config import load_config, write_basic_config
+from .backends.config_file import load_config, write_basic_config
 from .data import (
     BatchSamplerShard,
     DataLoaderDispatcher,

@@ -10,7 +10,7 @@ scaling, clipping); ``processes`` reaches the other processes (collectives, join
 
 from __future__ import annotations
 
-from .config import DataLoaderConfiguration, ProjectConfiguration
+from .configurations import DataLoaderConfiguration, ProjectConfiguration
 from .core import Accelerator
 from .optimizer import AcceleratedOptimizer
 from .scheduler import AcceleratedScheduler

@@ -14,7 +14,7 @@ from torch.utils.hooks import RemovableHandle
 from .. import ops
 from ..ops.saving import check_path as _check_path
 from ..utils.validation import check_bool, invalid
-from .config import ProjectConfiguration
+from .configurations import ProjectConfiguration
 from .files import (
     TrainingObjects,
     checkpoint_dirs,

@@ -28,21 +28,21 @@ from ..state import AcceleratorState, GradientState
 from ..utils.dataclasses import GradientAccumulationPlugin
 from ..utils.enums import DistributedType
 from ..utils.validation import check_bool, check_int, invalid
-from .checkpoints import Checkpoints
-from .config import DataLoaderConfiguration, ProjectConfiguration
-from .gradients import GradientStep
-from .precision import check_autocast, make_scaler
-from .preparation import Preparation
-from .prepared import Prepared
-from .processes import Processes
-from .resumable import make_resumable
-from .settings import (
+from .arguments import (
     accumulation_plugin,
     check_dynamo,
     check_instance,
     check_rng_types,
     read_handlers,
 )
+from .checkpoints import Checkpoints
+from .configurations import DataLoaderConfiguration, ProjectConfiguration
+from .gradients import GradientStep
+from .precision import check_autocast, make_scaler
+from .preparation import Preparation
+from .prepared import Prepared
+from .processes import Processes
+from .resumable import make_resumable
 from .trackers import Trackers, add_notebook_tracker, resolve_trackers
 
 

@@ -12,9 +12,9 @@ from torch.amp.grad_scaler import OptState
 
 from ..utils.kwargs import AutocastKwargs
 from ..utils.validation import invalid
+from .arguments import check_instance
 from .optimizer import AcceleratedOptimizer
 from .precision import autocast_context
-from .settings import check_instance
 
 
 class GradientStep:

@@ -14,7 +14,7 @@ from .. import ops
 from ..data.loaders import find_shard, index_batches
 from ..utils.enums import DistributedType
 from ..utils.validation import check_bool, check_optional_bool, invalid
-from .config import DataLoaderConfiguration
+from .configurations import DataLoaderConfiguration
 from .prepared import Prepared
 
 

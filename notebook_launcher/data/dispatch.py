@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 from ..state.partial import PartialState
 from ..utils.validation import check_bool, check_int, check_optional_callable
 from ._batches import concatenate, find_batch_size, send_to_device, slice_tensors
-from ._comm import broadcast_batch
+from .loader_collectives import broadcast_batch
 from .loaders import PreparedLoaderMixin, refuse_unsupported
 
 try:  # DataPipes share a seed across processes when their iterator is created.

@@ -14,8 +14,8 @@ from ..state.gradient import GradientState
 from ..utils.enums import RNGType
 from ..utils.validation import check_bool, check_int, invalid
 from ._batches import send_to_device
-from ._comm import broadcast_object, is_distributed
 from .iterable import IterableDatasetShard
+from .loader_collectives import broadcast_object, is_distributed
 from .samplers import BatchSamplerShard, SeedableRandomSampler
 
 # What DataLoader.__init__ takes, with its defaults, in the installed torch.

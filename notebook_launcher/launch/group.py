@@ -15,7 +15,7 @@ from ..protocol.events import OutputLine, WorkerExited, WorkerFinished, WorkerSt
 from ..protocol.status import RankStatus, next_status
 from .launchers import WorkerHandle
 from .output import OutputSink
-from .processes import kill_tree
+from .process_tree import kill_tree
 from .settings import DEFAULTS
 from .stacks import trim_kernel_frames
 

@@ -13,7 +13,7 @@ from ..utils.environment import available_cpu_count
 from ..utils.validation import check_int_in, invalid
 from .launchers import AUTO_START_METHOD, LAUNCHERS
 from .plan import LOOPBACK, LaunchPlan
-from .rendezvous.options import format_endpoint, node_wait, parse_endpoint
+from .rendezvous.checks import format_endpoint, node_wait, parse_endpoint
 from .settings import DEFAULT_MULTINODE_PREFIX_TEMPLATE, DEFAULT_PREFIX_TEMPLATE, LaunchSettings
 
 CPU_PROCESSES_PER_CORE = 4  # CPU workers per usable core without MAX_PROCESSES_ENV

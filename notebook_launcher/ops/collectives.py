@@ -15,7 +15,7 @@ import torch
 
 from ..state.partial import PartialState
 from ..utils.validation import check_bool, check_choice, check_int, invalid
-from .comm import Communicator, current
+from .communicator import Communicator, current
 from .debug import brief, describe, describe_ndims, verify
 from .packing import pack, plan, put_back, tensor_leaves, unpack
 

@@ -17,7 +17,7 @@ import torch
 
 from ..utils.tree import map_structure
 from ..utils.validation import short_repr
-from .comm import Communicator
+from .communicator import Communicator
 
 
 class DistributedOperationException(RuntimeError):

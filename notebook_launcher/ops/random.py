@@ -11,7 +11,7 @@ import torch
 from ..state.partial import PartialState
 from ..utils.enums import RNGType
 from ..utils.validation import check_bool, check_int, invalid
-from .comm import current
+from .communicator import current
 from .debug import brief, verify
 
 MAX_SEED = 2**32 - 1  # numpy's limit, so one seed serves every library

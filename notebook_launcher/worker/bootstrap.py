@@ -22,7 +22,7 @@ from ..protocol.events import WorkerFailed, WorkerFinished, WorkerStarted
 from ..protocol.names import STACK_DUMP_SIGNAL
 from ..protocol.spec import WorkerSpec
 from ..state import reset_state
-from ..utils.processes import die_with_parent
+from ..utils.parent_death import die_with_parent
 from ..utils.tree import to_cpu
 from . import exit_barrier, stopping
 

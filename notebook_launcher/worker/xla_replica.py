@@ -25,7 +25,7 @@ from ..protocol.events import WorkerFailed
 from ..protocol.names import STACK_DUMP_SIGNAL
 from ..protocol.spec import ReplicaGroup
 from ..state import reset_state
-from ..utils.processes import die_with_parent
+from ..utils.parent_death import die_with_parent
 from ..utils.replicas import use_thread_replicas
 from .bootstrap import call_function, flush_streams, redirect_streams, set_up_process
 

@@ -97,7 +97,7 @@ def test_every_collective_on_cuda_tensors(processes):
 def metrics_and_transport():
     from notebook_launcher.backends.comm import Communicator
     from notebook_launcher.backends.cpu import SharedMemoryCommunicator
-    from notebook_launcher.ops.comm import current
+    from notebook_launcher.ops.communicator import current
 
     accelerator = Accelerator()
     state = PartialState()

@@ -226,7 +226,7 @@ def run(
     """
     from notebook_launcher import PartialState, ops
     from notebook_launcher.backends.cpu import SharedMemoryCommunicator
-    from notebook_launcher.ops.comm import current
+    from notebook_launcher.ops.communicator import current
 
     state = PartialState()
     if slot_bytes:  # read by the first collective, which creates the exchange

@@ -14,7 +14,7 @@ import torch
 
 from notebook_launcher import PartialState, notebook_launcher, ops
 from notebook_launcher.backends import shared_memory
-from notebook_launcher.ops.comm import current
+from notebook_launcher.ops.communicator import current
 from notebook_launcher.utils.environment import cuda_device_count
 
 Pair = namedtuple("Pair", "first second")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import notebook_launcher
 from notebook_launcher import ops
-from notebook_launcher.ops.comm import Communicator, current
+from notebook_launcher.ops.communicator import Communicator, current
 from notebook_launcher.state import PartialState
 
 

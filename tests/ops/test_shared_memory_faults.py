@@ -241,7 +241,7 @@ def test_a_barrier_against_another_collective_raises_on_every_rank(way):
 
 
 def barriers_between_reduces(folder):
-    from notebook_launcher.ops.comm import current
+    from notebook_launcher.ops.communicator import current
 
     state = PartialState()
     rank, world = state.process_index, state.num_processes

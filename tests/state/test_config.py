@@ -7,7 +7,11 @@ import sys
 
 import pytest
 
-from notebook_launcher.backends.config import default_config_file, load_config, write_basic_config
+from notebook_launcher.backends.config_file import (
+    default_config_file,
+    load_config,
+    write_basic_config,
+)
 
 EXPECTED_CPU_CONFIG = {
     "compute_environment": "LOCAL_MACHINE",

@@ -11,7 +11,7 @@ from accelerate import state as their_state  # noqa: E402
 from accelerate import utils as their_utils  # noqa: E402
 from accelerate.utils import dataclasses as their_dataclasses  # noqa: E402
 
-from notebook_launcher.backends.config import write_basic_config
+from notebook_launcher.backends.config_file import write_basic_config
 from notebook_launcher.state import AcceleratorState, GradientState, PartialState
 from notebook_launcher.utils import environment, memory, versions
 from notebook_launcher.utils import kwargs as ours_kwargs

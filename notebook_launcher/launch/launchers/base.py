@@ -15,7 +15,7 @@ from ...protocol.results import Received
 from ...protocol.spec import WorkerSpec
 from ...protocol.status import RankStatus
 from ..errors import WorkersNotStartedError
-from ..processes import kill_tree
+from ..process_tree import kill_tree
 
 
 @dataclass(eq=False)

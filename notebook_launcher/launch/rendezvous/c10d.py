@@ -21,8 +21,8 @@ from datetime import timedelta
 from typing import Any
 
 from ..errors import LaunchError, NodesMissingError
+from .checks import parse_endpoint
 from .node_attempt import NAMESPACE, NodeAttempt, ranks_text
-from .options import parse_endpoint
 from .static import StaticNodes
 from .store import is_address_in_use
 from .store_process import StoreProcess

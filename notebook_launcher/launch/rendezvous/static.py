@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import LaunchError, NodesMissingError
 from ..plan import LaunchPlan
+from .checks import format_endpoint
 from .node_attempt import (
     CLOSED_KEY,
     LEAVE_GRACE,
@@ -25,7 +26,6 @@ from .node_attempt import (
     NodeAttempt,
     ranks_text,
 )
-from .options import format_endpoint
 from .store import STORE_TIMEOUT, connect_store
 from .store_process import StoreProcess
 

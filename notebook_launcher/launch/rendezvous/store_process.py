@@ -19,7 +19,7 @@ import socket
 from datetime import timedelta
 from typing import Any
 
-from ...utils.processes import die_with_parent
+from ...utils.parent_death import die_with_parent
 from .store import bind_listener
 
 START_TIMEOUT = 60.0  # seconds the server process may take to answer
