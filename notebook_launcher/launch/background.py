@@ -39,10 +39,10 @@ class LaunchHandle:
         view: the view drawing it (its ``widget`` is the status table and charts in widgets mode).
     """
 
-    def __init__(self, view: Any, world_size: int) -> None:
+    def __init__(self, view: Any, num_processes: int) -> None:
         self.view = view
         self.model = view.model
-        self.world_size = world_size
+        self.num_processes = num_processes
         self._stop = threading.Event()
         self._done = threading.Event()
         self._result: LaunchResult | None = None
@@ -129,7 +129,7 @@ class LaunchHandle:
         _call_back(callback, self)
 
     def __repr__(self) -> str:
-        return f"LaunchHandle({self.status}, {self.world_size} processes)"
+        return f"LaunchHandle({self.status}, {self.num_processes} processes)"
 
     # -- the supervising thread -------------------------------------------------------------------
 

@@ -59,9 +59,9 @@ def metrics_html(model: RunModel, static: bool = False) -> str:
     with model.lock:
         names = sorted(model.metrics)
         if static:
-            charts = [chart_image(model.metrics[name], model.world_size) for name in names]
+            charts = [chart_image(model.metrics[name], model.num_processes) for name in names]
         else:
-            charts = [chart_svg(model.metrics[name], model.world_size) for name in names]
+            charts = [chart_svg(model.metrics[name], model.num_processes) for name in names]
         ranks = sorted({rank for name in names for rank in model.metrics[name].per_rank})
     if not charts:
         return ""
@@ -81,7 +81,7 @@ def metrics_html(model: RunModel, static: bool = False) -> str:
     )
 
 
-def chart_svg(series: MetricSeries, world_size: int, standalone: bool = False) -> str:
+def chart_svg(series: MetricSeries, num_processes: int, standalone: bool = False) -> str:
     """One metric's chart: the per-rank lines, the min-max band and the mean line.
 
     ``standalone``: an SVG document of its own (an image), dark on white, instead of inline SVG
@@ -128,9 +128,9 @@ def chart_svg(series: MetricSeries, world_size: int, standalone: bool = False) -
     return "".join(parts)
 
 
-def chart_image(series: MetricSeries, world_size: int) -> str:
+def chart_image(series: MetricSeries, num_processes: int) -> str:
     """One metric's chart as a standalone SVG image, shown by viewers that strip inline SVG."""
-    svg = chart_svg(series, world_size, standalone=True)
+    svg = chart_svg(series, num_processes, standalone=True)
     uri = "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode()
     name = html.escape(series.name)
     return (

@@ -40,25 +40,25 @@ def resolve_ui(ui: str) -> str:
 
 def create_view(
     ui: str,
-    world_size: int,
+    num_processes: int,
     output: str = "all",
     *,
     first_rank: int = 0,
     background: bool = False,
     show: bool = True,
 ) -> View:
-    """The view of a launch of ``world_size`` ranks.
+    """The view of a launch of ``num_processes`` ranks.
 
     Args:
         ui: "auto" or a key of :data:`VIEWS` ("widgets", "console", "none").
-        world_size: number of ranks (of this node).
+        num_processes: number of ranks (of this node).
         output: the launch's output policy; hidden ranks' lines are not shown in the table.
         first_rank: the global rank of this node's first process.
         background: the run is supervised from a background thread (widgets then also keep the
             last worker lines under the table).
         show: put the view on screen now (widgets: in the current cell).
     """
-    model = RunModel(world_size, output=output, first_rank=first_rank)
+    model = RunModel(num_processes, output=output, first_rank=first_rank)
     view = VIEWS[resolve_ui(ui)].for_launch(model, background=background)
     if show:
         view.show()

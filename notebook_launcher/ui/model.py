@@ -67,7 +67,7 @@ class RunModel:
     """Reduces the events of one launch into per-rank state and metric series.
 
     Args:
-        world_size: number of ranks shown (this node's processes).
+        num_processes: number of ranks shown (this node's processes).
         output: the launch's output policy ("all", "main" or "none"); output lines of ranks it
             hides are not kept as their last line.
         cap: points kept per series.
@@ -80,23 +80,27 @@ class RunModel:
 
     def __init__(
         self,
-        world_size: int,
+        num_processes: int,
         output: str = "all",
         cap: int = MAX_POINTS,
         clock: Callable[[], float] = time.monotonic,
         first_rank: int = 0,
     ) -> None:
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-            raise ValueError(f"world_size={world_size!r} is not valid: expected an int >= 1")
+        if (
+            isinstance(num_processes, bool)
+            or not isinstance(num_processes, int)
+            or num_processes < 1
+        ):
+            raise ValueError(f"num_processes={num_processes!r} is not valid: expected an int >= 1")
         if output not in ("all", "main", "none"):
             raise ValueError(f"output={output!r} is not valid: allowed are 'all', 'main', 'none'")
-        self.world_size = world_size
+        self.num_processes = num_processes
         self.output = output
         self.cap = cap
         self.clock = clock
         self.lock = threading.RLock()
         self.first_rank = first_rank
-        self.ranks = [RankState(first_rank + index) for index in range(world_size)]
+        self.ranks = [RankState(first_rank + index) for index in range(num_processes)]
         self.metrics: dict[str, MetricSeries] = {}
         self.started = clock()
         self.ended: float | None = None
@@ -128,8 +132,8 @@ class RunModel:
         if not isinstance(rank, int) or rank < 0:
             return None
         index = rank - self.first_rank
-        if not 0 <= index < self.world_size:  # a rendezvous numbered this node differently
-            index = rank % self.world_size
+        if not 0 <= index < self.num_processes:  # a rendezvous numbered this node differently
+            index = rank % self.num_processes
         state = self.ranks[index]
         state.rank = rank
         return state
@@ -259,7 +263,7 @@ class RunModel:
                 series = metrics.get(name)
                 if series is None:
                     series = metrics[name] = MetricSeries(
-                        name, self.world_size, self.cap, first_rank=self.first_rank
+                        name, self.num_processes, self.cap, first_rank=self.first_rank
                     )
                 step = series.add(rank, given, float(value), now, advance=False)
                 touched.add(series)
@@ -341,7 +345,7 @@ class RunModel:
     def summary(self) -> str:
         """One deterministic line: ranks per state and the metric names."""
         counts = ", ".join(f"{n} {name}" for name, n in self.counts().items())
-        line = f"{self.world_size} {'rank' if self.world_size == 1 else 'ranks'}: {counts}"
+        line = f"{self.num_processes} {'rank' if self.num_processes == 1 else 'ranks'}: {counts}"
         if self.metrics:
             line += "; metrics: " + ", ".join(sorted(self.metrics))
         return line

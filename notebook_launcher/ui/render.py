@@ -100,8 +100,8 @@ def counts_text(model: RunModel) -> str:
 
 def headline(model: RunModel, now: float) -> str:
     """'4 ranks · 2 running, 1 finished, 1 failed · 12 s' (plain text)."""
-    plural = "rank" if model.world_size == 1 else "ranks"
-    return f"{model.world_size} {plural} · {counts_text(model)} · {model.elapsed(now):.0f} s"
+    plural = "rank" if model.num_processes == 1 else "ranks"
+    return f"{model.num_processes} {plural} · {counts_text(model)} · {model.elapsed(now):.0f} s"
 
 
 def blamed_ranks(model: RunModel) -> list[RankState]:
@@ -116,8 +116,8 @@ def summary_line(model: RunModel) -> str:
     failed: ValueError: bad lr' (whether the others were stopped first or failed on losing it
     varies from run to run, so a failure is told by its cause alone).
     """
-    plural = "rank" if model.world_size == 1 else "ranks"
-    line = f"notebook_launcher: {model.world_size} {plural}"
+    plural = "rank" if model.num_processes == 1 else "ranks"
+    line = f"notebook_launcher: {model.num_processes} {plural}"
     blamed = blamed_ranks(model)
     causes = [state for state in blamed if state.error]
     if causes:

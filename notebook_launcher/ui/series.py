@@ -62,7 +62,7 @@ class MetricSeries:
     def __init__(
         self,
         name: str,
-        world_size: int = 1,
+        num_processes: int = 1,
         cap: int = MAX_POINTS,
         grace: float = CLOSE_AFTER,
         first_rank: int = 0,
@@ -71,7 +71,7 @@ class MetricSeries:
         self.cap = cap
         self.grace = grace
         # the ranks whose values each step waits for
-        self._expected = set(range(first_rank, first_rank + world_size))
+        self._expected = set(range(first_rank, first_rank + num_processes))
         self.per_rank: dict[int, Series] = {}
         self.mean = Series(cap)
         self.low = Series(cap)

@@ -102,7 +102,7 @@ def test_metrics_keep_every_value_per_rank_and_the_mean_min_max_across_ranks(clo
 
 
 def test_a_step_is_final_across_ranks_once_every_rank_has_passed_it(clock):
-    series = MetricSeries("loss", world_size=2)
+    series = MetricSeries("loss", num_processes=2)
     series.add(0, 0, 1.0)
     series.add(0, 1, 1.0)
     series.add(1, 0, 3.0)  # rank 1 caught up with step 0: its mean is final
@@ -112,7 +112,7 @@ def test_a_step_is_final_across_ranks_once_every_rank_has_passed_it(clock):
 
 
 def test_a_metric_only_some_ranks_log_is_final_after_a_grace_period_or_their_end(clock):
-    series = MetricSeries("lr", world_size=3, grace=2.0)
+    series = MetricSeries("lr", num_processes=3, grace=2.0)
     series.add(0, 0, 1.0, now=10.0)
     series.add(0, 1, 1.0, now=11.0)
     assert series.mean.points() == []  # ranks 1 and 2 might still log step 0
@@ -214,8 +214,8 @@ def test_a_restarted_rank_runs_again_with_its_error_cleared(clock):
 
 
 @pytest.mark.parametrize(
-    ("world_size", "output"), [(0, "all"), (True, "all"), ("2", "all"), (2, "some")]
+    ("num_processes", "output"), [(0, "all"), (True, "all"), ("2", "all"), (2, "some")]
 )
-def test_bad_arguments_are_refused_by_name(world_size, output):
-    with pytest.raises(ValueError, match="world_size=|output="):
-        RunModel(world_size, output=output)
+def test_bad_arguments_are_refused_by_name(num_processes, output):
+    with pytest.raises(ValueError, match="num_processes=|output="):
+        RunModel(num_processes, output=output)

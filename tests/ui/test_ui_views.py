@@ -33,9 +33,9 @@ from notebook_launcher.ui.widgets import WidgetView, widget_bundle
 HOSTILE = "<script>alert('x')</script> & <b>bold</b>"
 
 
-def run_model(clock, world_size: int = 2) -> RunModel:
-    model = RunModel(world_size, clock=clock)
-    for rank in range(world_size):
+def run_model(clock, num_processes: int = 2) -> RunModel:
+    model = RunModel(num_processes, clock=clock)
+    for rank in range(num_processes):
         model.apply(WorkerStarted(rank, 100 + rank, 0.0))
     return model
 
