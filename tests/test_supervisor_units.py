@@ -417,3 +417,10 @@ def test_a_stack_dump_is_not_output_and_not_a_sign_of_life():
     handle.close()
     for conn in (events, out, err):
         conn.close()
+
+
+def test_no_notice_while_a_stack_moves():
+    walking = [{0: IN_BARRIER, 1: stack(frame(USER, 20 + n, "train"))} for n in range(400)]
+    group = FakeGroup([RankStatus.RUNNING] * 2, walking)
+    assert run_until(StallWatchdog(group, None, 2.0), 0.0, 30.0)[0] is None
+    assert group.sink.notices == [] and group.events == []

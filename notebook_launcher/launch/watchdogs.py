@@ -113,7 +113,11 @@ class StallWatchdog:
             return self._stalled(stacks, quiet)
         notice = self.stall_notice
         if notice is not None and quiet >= notice and self._noticed != self.group.last_progress():
-            self._notice(stacks if stacks is not None else self._sample(now), now)
+            if stacks is None:  # fresh stacks for the notice, which may show a move
+                stacks = self._sample(now)
+                if now - self.group.last_progress() < notice:
+                    return None
+            self._notice(stacks, now)
         return None
 
     def _sample(self, now: float) -> dict[int, str]:
