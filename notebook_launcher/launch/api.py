@@ -11,7 +11,6 @@ from ..backends import CpuBackend
 from ..ui import RunPanel, create_view
 from . import exclusive
 from .errors import shown_as_argument_errors
-from .plan import LaunchPlan
 from .planner import plan_launch
 from .preflight import check_args, check_function, run_preflight
 from .result import LaunchResult
@@ -195,16 +194,13 @@ def debug_launcher(function: Callable[..., Any], args: tuple = (), num_processes
 
 
 def run_with_view(
-    function: Callable[..., Any],
-    args: tuple,
-    settings: LaunchSettings,
-    plan: LaunchPlan | None = None,
+    function: Callable[..., Any], args: tuple, settings: LaunchSettings
 ) -> LaunchResult:
-    """Plan ``settings`` (unless ``plan`` is given), check the kernel, and run the plan in this
-    thread with the view ``settings.ui`` names (status table, charts or console status)
-    attached, as :func:`notebook_launcher` does. The checks come before anything is shown."""
+    """Plan ``settings``, check the kernel, and run the plan in this thread with the view
+    ``settings.ui`` names (status table, charts or console status) attached, as
+    :func:`notebook_launcher` does. The checks come before anything is shown."""
     with shown_as_argument_errors():
-        plan = plan or plan_launch(settings)
+        plan = plan_launch(settings)
     exclusive.claim(exclusive.describe("foreground", function, plan.num_processes))
     try:
         with shown_as_argument_errors():
