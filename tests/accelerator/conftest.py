@@ -20,3 +20,15 @@ def fresh_state(monkeypatch):
     reset_state()
     yield
     reset_state()
+
+
+@pytest.fixture
+def no_accelerate_state():
+    """Real Accelerate's singletons cleared around a test that uses both packages in-process."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()

@@ -12,14 +12,7 @@ from accelerate.tracking import GeneralTracker as TheirTracker
 from notebook_launcher import Accelerator, notebook_launcher
 from notebook_launcher.state import reset_state
 
-
-@pytest.fixture(autouse=True)
-def no_accelerate_state():
-    TheirState._reset_state(reset_partial_state=True)
-    TheirGradientState._reset_state()
-    yield
-    TheirState._reset_state(reset_partial_state=True)
-    TheirGradientState._reset_state()
+pytestmark = pytest.mark.usefixtures("no_accelerate_state")
 
 
 class Recorder(TheirTracker):
