@@ -35,6 +35,9 @@ from .launch import (
     NodesMissingError,
     PreflightError,
     RemoteNodeFailedError,
+    Session,
+    SessionBrokenError,
+    SessionClosedError,
     WorkerFailure,
     WorkersFailedError,
     WorkersNotStartedError,
@@ -172,6 +175,9 @@ __all__ = [
     "RNGType",
     "RemoteNodeFailedError",
     "SeedableRandomSampler",
+    "Session",
+    "SessionBrokenError",
+    "SessionClosedError",
     "SkipBatchSampler",
     "SkipDataLoader",
     "WorkerFailure",
@@ -202,6 +208,7 @@ __all__ = [
     "launch_in_background",
     "listify",
     "load_config",
+    "load_ipython_extension",
     "log",
     "notebook_launcher",
     "offload_state_dict",
@@ -221,6 +228,15 @@ __all__ = [
     "wait_for_everyone",
     "write_basic_config",
 ]
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext notebook_launcher``: the ``%distributed`` and ``%%distributed`` magics (see
+    :mod:`notebook_launcher.magics`)."""
+    from .magics import load_ipython_extension as load
+
+    load(ipython)
+
 
 # From here on, the first call that initialises CUDA through torch is remembered, so that a launch
 # refused because of it can name the cell and line (nothing is initialised by this).

@@ -8,7 +8,7 @@ an edge too (the root package, the public facade everyone passes through, except
 The parts and the rules (README, "Layout"):
 
 * ``utils`` imports no other part; ``protocol`` only ``utils``; ``backends`` only those two.
-* The kernel side (``launch``, ``ui``, ``panel``) and the worker side (``worker``, ``state``,
+* The kernel side (``launch``, ``ui``, ``panel``, ``magics``) and the worker side (``worker``, ``state``,
   ``data``, ``ops``, ``accelerator``) import only each other's common ground: ``protocol``,
   ``backends`` and ``utils``. ``ui`` never imports ``launch`` or ``panel``; ``launch`` never
   imports ``panel``.
@@ -31,7 +31,7 @@ PACKAGE = "notebook_launcher"
 ROOT = Path(os.environ.get("LAYERS_ROOT", Path(__file__).resolve().parent.parent)) / PACKAGE
 
 COMMON = {"protocol", "backends", "utils"}
-KERNEL = {"launch", "ui", "panel"}
+KERNEL = {"launch", "ui", "panel", "magics"}
 WORKER = {"worker", "integrations", "live", "state", "data", "ops", "accelerator"}
 TOP = {"__init__", "demo", "run"}  # the public facade and the two command-line entry points
 ALLOWED = {
@@ -41,6 +41,7 @@ ALLOWED = {
     "ui": {"ui", "protocol", "utils"},
     "launch": {"launch", "ui"} | COMMON,
     "panel": KERNEL | COMMON,
+    "magics": {"launch"} | COMMON,
     "state": {"state"} | COMMON,
     "ops": {"ops", "state"} | COMMON,
     "data": {"data", "ops", "state"} | COMMON,

@@ -107,6 +107,23 @@ class Backend(ABC):
         """The primitive collectives of the job ``state`` (a ``PartialState``) belongs to."""
         return Communicator(state)
 
+    def collectives_position(self) -> tuple[int, ...]:
+        """Where this rank stands in the job's sequence of collectives (the default process
+        group's sequence number; -1 where it has none). Equal on every rank when no collective
+        was left half done, so a session can keep the group after a failed call."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return (-1,)
+        try:
+            return (dist.distributed_c10d._get_default_group()._get_sequence_number_for_group(),)
+        except (AttributeError, RuntimeError):  # a backend that keeps no sequence number
+            return (-1,)
+
+    def forget_collectives(self) -> None:
+        """Drop what this device keeps for the job's collectives (the process group is about to
+        be formed again)."""
+
     def memory_allocated(self, local_rank: int) -> int | None:
         """Bytes of device memory this process holds, for the live panels; None where unknown or
         where asking would initialise the device."""

@@ -31,6 +31,7 @@ class Communicator:
         self.device: torch.device = state.device
         self.rank: int = state.process_index
         self.world_size: int = state.num_processes if state.use_distributed else 1
+        self._group = default_group()  # the process group it was made for
         group = str(state.backend or "")
         cpu_ok = "gloo" in group or "mpi" in group or not group
         self.control_device = torch.device("cpu") if cpu_ok else self.device
@@ -49,6 +50,7 @@ class Communicator:
             state.initialized
             and state.device_backend is self._backend
             and state.device is self.device
+            and default_group() is self._group
         )
 
     @property
@@ -85,3 +87,13 @@ class Communicator:
     def broadcast_object_list(self, objects: list[Any], src: int) -> None:
         """Overwrite the items of ``objects`` with rank ``src``'s, in place."""
         self._dist.broadcast_object_list(objects, src)
+
+
+def default_group() -> Any:
+    """The default process group of this process (None before one is formed): a communicator
+    made for another group (a session formed it again) is not current."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    return dist.group.WORLD

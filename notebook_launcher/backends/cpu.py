@@ -12,7 +12,7 @@ from ..utils.enums import DistributedType
 from ..utils.environment import available_cpu_count
 from .base import Backend
 from .comm import Communicator
-from .shared_memory import DEFAULT_TIMEOUT, SharedMemoryExchange, dist_all
+from .shared_memory import DEFAULT_TIMEOUT, SharedMemoryExchange, dist_all, steps_taken
 
 
 class CpuBackend(Backend):
@@ -40,6 +40,17 @@ class CpuBackend(Backend):
     def communicator(self, state: Any) -> Communicator:
         self._communicator = SharedMemoryCommunicator(state)
         return self._communicator
+
+    def collectives_position(self) -> tuple[int, ...]:
+        """The process group's sequence number and the steps of the shared-memory exchanges
+        (the collectives' and DDP's gradients')."""
+        return (*super().collectives_position(), steps_taken())
+
+    def forget_collectives(self) -> None:
+        """Close the exchange of the job's collectives; the next collective makes a new one."""
+        if self._communicator is not None:
+            self._communicator.close()
+        self._communicator = None
 
     def barrier(self, device: torch.device) -> None:
         """Through the shared-memory exchange once the job's collectives use one, as a step of
@@ -117,6 +128,12 @@ class SharedMemoryCommunicator(Communicator):
             super().broadcast(tensor, src)
         else:
             exchange.broadcast_(tensor, src)
+
+    def close(self) -> None:
+        """Release the exchange (the job's collectives then go through a new communicator)."""
+        if self._exchange is not None:
+            self._exchange.close()
+        self._exchange, self._tried = None, True
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         exchange = self._local()

@@ -223,6 +223,11 @@ class SharedMemoryExchange:
             return None
         return cls(mapping, state.process_index, world, slot, timeout)
 
+    @property
+    def steps(self) -> int:
+        """The steps this rank has taken (each collective takes one or more)."""
+        return self._step
+
     def __reduce__(self) -> tuple[Any, tuple[()]]:
         # A copy or pickle of the model (DDP keeps its hooks' states) carries no mapping:
         # DDP does not register a copy's hooks again, and no other process could use it.
@@ -485,6 +490,11 @@ def depart() -> None:
     to end (it may wait for its peers before it exits)."""
     for exchange in list(_OPEN):
         exchange.depart()
+
+
+def steps_taken() -> int:
+    """The steps every exchange this process has open has taken, together."""
+    return sum(exchange.steps for exchange in list(_OPEN))
 
 
 class _Peers:

@@ -11,6 +11,8 @@ from .errors import (
     NodesMissingError,
     PreflightError,
     RemoteNodeFailedError,
+    SessionBrokenError,
+    SessionClosedError,
     WorkerFailure,
     WorkersFailedError,
     WorkersNotStartedError,
@@ -19,9 +21,13 @@ from .errors import (
 from .plan import LaunchPlan
 from .planner import plan_launch
 from .result import LaunchResult
+from .session import Session
 from .settings import LaunchSettings
 
 __all__ = [
+    "Session",
+    "SessionBrokenError",
+    "SessionClosedError",
     "DeadlockError",
     "LaunchBusyError",
     "LaunchError",

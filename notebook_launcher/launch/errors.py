@@ -55,6 +55,15 @@ class LaunchBusyError(LaunchError):
     """Another launch is running in this kernel (foreground or background): one at a time."""
 
 
+class SessionBrokenError(LaunchError):
+    """A session cannot run calls any more: a rank died, or its process group could not be
+    formed again. ``session.restart()`` starts new workers (every rank's state is lost)."""
+
+
+class SessionClosedError(LaunchError):
+    """The session was closed; make a new one (or ``session.restart()``)."""
+
+
 class RemoteTraceback(Exception):
     """Carries a worker's formatted traceback as the cause of the exception raised in the kernel."""
 

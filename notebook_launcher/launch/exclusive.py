@@ -16,22 +16,26 @@ import time
 from .errors import LaunchBusyError
 
 _lock = threading.Lock()
-_holder: tuple[str, float] | None = None  # what runs, and since when (monotonic)
+LAUNCH_ENDS = (
+    "Wait for it (a background launch: handle.wait()) or stop it (handle.stop(), the Stop "
+    "button or an interrupt) first."
+)
+_holder: tuple[str, float, str] | None = None  # what runs, since when (monotonic), how to end it
 
 
-def claim(what: str) -> None:
-    """Take the kernel for a launch described by ``what``; LaunchBusyError if one runs."""
+def claim(what: str, how_to_end: str = LAUNCH_ENDS) -> None:
+    """Take the kernel for a launch (or session) described by ``what``; LaunchBusyError if one
+    runs. ``how_to_end`` tells a later caller how to end this one."""
     global _holder
     if not _lock.acquire(blocking=False):
-        running, since = _holder or ("a launch", time.monotonic())
+        running, since, ending = _holder or ("a launch", time.monotonic(), LAUNCH_ENDS)
         raise LaunchBusyError(
             f"{running} is already running in this kernel (for {time.monotonic() - since:.0f} "
-            "s): one launch at a time. Wait for it (a background launch: handle.wait()) or stop "
-            "it (handle.stop(), the Stop button or an interrupt) first. Launching while another "
-            "launch runs could fork the new workers while the other launch's thread holds a "
-            "lock, which can hang them."
+            f"s): one launch or session at a time. {ending} Starting workers while others "
+            "run could fork the new ones while the other launch's thread holds a lock, which "
+            "can hang them."
         )
-    _holder = (what, time.monotonic())
+    _holder = (what, time.monotonic(), how_to_end)
 
 
 def release() -> None:

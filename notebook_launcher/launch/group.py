@@ -87,7 +87,7 @@ class WorkerGroup:
 
     def pump(self, timeout: float) -> None:
         """Wait up to ``timeout`` for anything from the workers and handle all of it."""
-        ready = wait(self._waitables(), timeout)
+        ready = wait(self.waitables(), timeout)
         for obj in ready:  # pipes first, so a worker's last words are read before its exit
             if obj in self._by_conn:
                 self._read(obj)
@@ -97,7 +97,8 @@ class WorkerGroup:
         for handle in list(self._unreaped):
             self._exited(handle)
 
-    def _waitables(self) -> list:
+    def waitables(self) -> list:
+        """What :meth:`pump` waits on: the open pipes and the live processes' sentinels."""
         objs = list(self._by_conn)
         objs += [s for s, h in self._sentinels.items() if not h.exited]
         return objs

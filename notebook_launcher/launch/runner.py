@@ -102,7 +102,7 @@ def _attempt(
         supervisor = None
         interrupted = False
         try:
-            specs = [_spec(plan, r, attempt.port, restart) for r in range(plan.num_processes)]
+            specs = [worker_spec(plan, r, attempt.port, restart) for r in range(plan.num_processes)]
             with interrupts_deferred():  # started workers are always recorded, so torn down
                 handles = launcher.start_group(specs, payload, time.monotonic())
             attempt.workers_started()
@@ -140,7 +140,10 @@ def _attempt(
         return payloads
 
 
-def _spec(plan: LaunchPlan, local_rank: int, port: int, restart: int) -> WorkerSpec:
+def worker_spec(
+    plan: LaunchPlan, local_rank: int, port: int, restart: int, session: bool = False
+) -> WorkerSpec:
+    """What the worker of ``local_rank`` needs to join attempt ``restart`` at ``port``."""
     context = WorkerContext(
         rank=plan.global_rank(local_rank),
         local_rank=local_rank,
@@ -161,4 +164,5 @@ def _spec(plan: LaunchPlan, local_rank: int, port: int, restart: int) -> WorkerS
         rdzv_id=plan.rdzv_id,
         max_restarts=plan.max_restarts,
         start_method=plan.start_method,
+        session=session,
     )

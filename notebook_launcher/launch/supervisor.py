@@ -47,6 +47,8 @@ class Supervisor:
         stop_grace: seconds a rank being stopped has to run its ``finally`` blocks and
             ``atexit`` handlers before it is killed.
         probe: measures a rank's processes (``pid -> Usage``); tests pass a scripted one.
+        group: the worker group of ``handles`` where it outlives this supervisor (a session's
+            workers, supervised call by call); default: a new one.
     """
 
     def __init__(
@@ -63,8 +65,9 @@ class Supervisor:
         stall_notice: float | None = None,
         stop_grace: float = STOP_GRACE,
         probe: Callable[[int | None], Usage | None] = measure,
+        group: WorkerGroup | None = None,
     ) -> None:
-        self.group = WorkerGroup(handles, sink, listeners, clock, stop_grace)
+        self.group = group or WorkerGroup(handles, sink, listeners, clock, stop_grace)
         self.handles = handles
         self.sink = sink
         self.clock = clock
@@ -107,17 +110,23 @@ class Supervisor:
             if stop_for is not None:
                 self._end("another node failed", ())
                 raise stop_for
-            now = self.clock()
-            self._measure(now)
-            self._tick(now)
-            for watchdog in watchdogs:
-                verdict = watchdog.check(now)
-                if verdict is not None:
-                    self._judged(verdict)
-            wait_for = self.monitor_interval
-            if deadline is not None:
-                wait_for = max(0.0, min(wait_for, deadline - now))
-            group.pump(wait_for)
+            self.turn(watchdogs, deadline)
+
+    def turn(self, watchdogs: list, deadline: float | None) -> None:
+        """One turn of the loop once nothing has ended: measure the ranks, tell the listeners,
+        let each watchdog judge (a verdict goes to :meth:`_judged`, which raises), then read
+        the workers until the next turn."""
+        now = self.clock()
+        self._measure(now)
+        self._tick(now)
+        for watchdog in watchdogs:
+            verdict = watchdog.check(now)
+            if verdict is not None:
+                self._judged(verdict)
+        wait_for = self.monitor_interval
+        if deadline is not None:
+            wait_for = max(0.0, min(wait_for, deadline - now))
+        self.group.pump(wait_for)
 
     def _measure(self, now: float) -> None:
         """Every ``SAMPLE_EVERY`` seconds: a rank whose processes worked shows a sign of life."""
@@ -158,7 +167,7 @@ class Supervisor:
         group = self.group
         group.pump(0)  # whatever else already arrived decides which failure came first
         failed = group.with_status(RankStatus.FAILED)
-        primary = min(failed, key=_failure_order)
+        primary = min(failed, key=failure_order)
         # Ranks that failed only because the primary did (a closed connection) count as
         # stopped by it too: the panels blame the primary, the report lists them.
         others = [h for h in self.handles if h is not primary and h.status != RankStatus.FINISHED]
@@ -215,7 +224,7 @@ class Supervisor:
         return text
 
 
-def _failure_order(handle: WorkerHandle) -> tuple[int, float]:
+def failure_order(handle: WorkerHandle) -> tuple[int, float]:
     """Sort key: the root cause first.
 
     A rank whose peer died usually fails too, with a communication error, moments later; such

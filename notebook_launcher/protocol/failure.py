@@ -46,6 +46,7 @@ class WorkerFailure:
     last_lines: tuple[str, ...] = ()
     payload: bytes | None = field(default=None, repr=False)
     node_rank: int | None = None  # set in multi-node launches
+    call: int | None = None  # a session's call that raised (its process lives on)
 
     @classmethod
     def from_event(
@@ -82,6 +83,8 @@ class WorkerFailure:
         if self.exc_type is None:
             return f"{where} died with {self.exit}: {self.message}"
         short = self.exc_type.rsplit(".", 1)[-1]
+        if self.call is not None:
+            return f"{where} raised in call {self.call} of the session: {short}: {self.message}"
         return f"{where} failed with {self.exit}: {short}: {self.message}"
 
     def report(

@@ -22,6 +22,7 @@ STOP_SIGNAL = signal.SIGTERM
 
 # "module:function" of each process the kernel starts.
 WORKER_ENTRY = "notebook_launcher.worker.bootstrap:run_worker"
+SESSION_LOOP = "notebook_launcher.worker.session_loop:serve"  # what a session's workers run
 XLA_HELPER_ENTRY = "notebook_launcher.worker.xla_replica:run_helper"
 WORKER_FUNCTION = WORKER_ENTRY.rpartition(":")[2]  # the bottom frame of every worker's stack
 

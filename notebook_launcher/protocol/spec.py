@@ -19,6 +19,7 @@ class WorkerSpec:
     rdzv_id: str
     max_restarts: int
     start_method: str = "fork"  # how the process was started ("fork" or "spawn")
+    session: bool = False  # a session's worker: it waits for commands after joining the job
 
 
 @dataclass

@@ -12,19 +12,17 @@ from typing import Any
 import cloudpickle
 import torch
 
-from .. import live
 from ..backends import shared_memory
 from ..integrations import prepare_worker as prepare_integrations
-from ..protocol import results
 from ..protocol.channel import EventChannel
 from ..protocol.context import WorkerContext, set_context
-from ..protocol.events import WorkerFailed, WorkerFinished, WorkerStarted
+from ..protocol.events import WorkerStarted
 from ..protocol.names import STACK_DUMP_SIGNAL
 from ..protocol.spec import WorkerSpec
 from ..state import reset_state
 from ..utils.parent_death import die_with_parent
-from ..utils.tree import to_cpu
-from . import exit_barrier, stopping
+from . import exit_barrier, session_loop, stopping
+from .reporting import failure_event, flush_streams, result_event, send_live
 
 
 def torchrun_environment(ctx: WorkerContext, spec: WorkerSpec) -> dict[str, str]:
@@ -96,26 +94,6 @@ def set_up_process(spec: WorkerSpec) -> None:
     reset_state()
 
 
-def _failure(rank: int, exc: BaseException) -> WorkerFailed:
-    try:
-        payload = results.dumps(exc)
-        results.receive(payload).load()
-    except Exception:
-        payload = None
-    return WorkerFailed.from_exception(rank, exc, payload)
-
-
-def _result_event(rank: int, value: Any, owner_pid: int) -> WorkerFinished:
-    try:
-        payload = results.dumps(to_cpu(value), owner_pid)
-    except Exception as exc:
-        raise TypeError(
-            f"rank {rank} returned a value that cannot be pickled and sent back to the kernel: "
-            f"{type(value).__name__} ({exc}). Return plain Python objects or tensors."
-        ) from exc
-    return WorkerFinished(rank=rank, payload=payload, time=time.time())
-
-
 def call_function(spec: WorkerSpec, payload: Any, channel: EventChannel) -> int:
     """Run the user's function, report its result or failure; the process's exit code."""
     rank = spec.context.rank
@@ -131,34 +109,17 @@ def call_function(spec: WorkerSpec, payload: Any, channel: EventChannel) -> int:
             if exc.code not in (None, 0):
                 raise
             value = None
-        event = _result_event(rank, value, spec.parent_pid)
+        event = result_event(rank, value, spec.parent_pid)
     except BaseException as exc:  # report everything, KeyboardInterrupt included
-        _send_live()
+        send_live()
         flush_streams()
-        channel.send(_failure(rank, exc))
+        channel.send(failure_event(rank, exc))
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
         return code or 1
-    _send_live()
+    send_live()
     flush_streams()
     channel.send(event)
     return 0
-
-
-def _send_live() -> None:
-    """Send what the function logged (metrics, progress, status) ahead of its last event, so the
-    kernel holds every value a rank logged before it returned."""
-    try:
-        live.flush()
-    except Exception:  # a broken pipe: the last event will fail to send as well
-        pass
-
-
-def flush_streams() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
 
 
 def shutdown_process_group() -> None:
@@ -172,9 +133,15 @@ def shutdown_process_group() -> None:
 
 
 def run_worker(
-    spec: WorkerSpec, payload: Any, event_conn: Any, stdout_conn: Any, stderr_conn: Any
+    spec: WorkerSpec,
+    payload: Any,
+    event_conn: Any,
+    stdout_conn: Any,
+    stderr_conn: Any,
+    commands_conn: Any = None,
 ) -> None:
-    """Entry point of every worker process (the target of ``Process``)."""
+    """Entry point of every worker process (the target of ``Process``); a session's worker also
+    gets the read end of its command pipe."""
     die_with_parent(spec.parent_pid)
     stopping.stop_on_signal()
     forked = spec.start_method == "fork"
@@ -184,6 +151,8 @@ def run_worker(
     set_up_process(spec)
     channel = EventChannel(event_conn)
     set_context(dataclasses.replace(spec.context, channel=channel))
+    if commands_conn is not None:
+        session_loop.attach(commands_conn)
     code = call_function(spec, payload, channel)
     shared_memory.depart()  # a peer waiting for this rank in a collective raises at once
     if code == 0:  # a rank that failed or was stopped ends at once: the kernel stops the rest

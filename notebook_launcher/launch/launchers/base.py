@@ -36,6 +36,7 @@ class WorkerHandle:
     finished_at: float | None = None  # when the kernel learnt that the function returned
     capture: list[str] | None = field(default=None, repr=False)
     node_rank: int | None = None  # set in multi-node launches, for failure reports
+    commands: Any = None  # a session's worker: the write end of its command pipe
 
     @property
     def exited(self) -> bool:
@@ -46,7 +47,7 @@ class WorkerHandle:
         return self.events.closed
 
     def close(self) -> None:
-        for conn in [self.events, *self.streams]:
+        for conn in [self.events, *self.streams, *([self.commands] if self.commands else [])]:
             try:
                 conn.close()
             except OSError:
@@ -123,23 +124,27 @@ class Launcher(ABC):
         out_r, out_w = ctx.Pipe(duplex=False)
         err_r, err_w = ctx.Pipe(duplex=False)
         rank = spec.context.rank
+        commands_r, commands_w = ctx.Pipe(duplex=False) if spec.session else (None, None)
         process = ctx.Process(
             target=entry_point(WORKER_ENTRY),
-            args=(spec, payload, events_w, out_w, err_w),
+            args=(spec, payload, events_w, out_w, err_w, commands_r),
             name=f"notebook_launcher-rank{rank}",
             daemon=False,  # daemonic processes may not start DataLoader workers
         )
         try:
             process.start()
         except BaseException:
-            for conn in (events_r, out_r, err_r):
-                conn.close()
+            for conn in (events_r, out_r, err_r, commands_w):
+                if conn is not None:
+                    conn.close()
             raise
         finally:
-            # The kernel keeps only read ends, so EOF arrives once the worker's side is gone,
-            # and workers started later do not inherit this worker's write ends.
-            for conn in (events_w, out_w, err_w):
-                conn.close()
+            # The kernel keeps only read ends (and the command pipe's write end), so EOF arrives
+            # once the worker's side is gone, and workers started later do not inherit this
+            # worker's ends.
+            for conn in (events_w, out_w, err_w, commands_r):
+                if conn is not None:
+                    conn.close()
         return WorkerHandle(
             rank=rank,
             local_rank=spec.context.local_rank,
@@ -149,4 +154,5 @@ class Launcher(ABC):
             pid=process.pid,
             last_alive=now,
             node_rank=spec.context.node_rank if spec.context.num_nodes > 1 else None,
+            commands=commands_w,
         )

@@ -1,0 +1,465 @@
+"""Sessions: a distributed job that stays alive across notebook cells.
+
+A :class:`Session` starts its workers as a launch does (same settings, launchers, rendezvous,
+labelled output and worker group), but the function they run is a loop
+(:mod:`notebook_launcher.worker.session_loop`) that forms the process group once and then runs
+each call the kernel sends. Each call is supervised by a :class:`.session_calls.CallSupervisor`
+with the launch's watchdogs, and gets its own panel. Between calls a thread watches the workers,
+so a rank that dies is reported within a second.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from multiprocessing.connection import wait
+from typing import Any
+
+import cloudpickle
+
+from ..protocol import names
+from ..protocol import session as protocol
+from ..protocol.events import WorkerStarted
+from ..protocol.session import Command
+from ..ui import RunPanel, create_view
+from ..utils.validation import check_number, invalid
+from . import exclusive
+from .errors import SessionBrokenError, SessionClosedError, shown_as_argument_errors
+from .group import WorkerGroup
+from .launchers import LAUNCHERS
+from .output import OutputSink
+from .planner import plan_launch
+from .preflight import find_unpicklable, run_preflight
+from .rendezvous.local import LocalRendezvous
+from .result import LaunchResult
+from .runner import worker_spec
+from .session_calls import CallSupervisor, interrupted_text, with_session_notes
+from .settings import DEFAULTS as D
+from .settings import LaunchSettings
+from .signals import interrupts_deferred
+
+START_TIMEOUT = 300.0  # default seconds for the workers to start and form the group
+CLOSE_WAIT = 10.0  # seconds closed workers get to leave before they are stopped
+IDLE_CHECK = 0.5  # seconds between the idle watcher's looks (a death is reported within 1 s)
+
+_open: weakref.WeakSet[Session] = weakref.WeakSet()
+
+
+class Session:
+    """A job of ``num_processes`` worker processes that stays alive across notebook cells.
+
+    The workers start at once, form the process group (``PartialState()`` is ready on every
+    rank) and then wait for work. Each :meth:`run` or :meth:`exec` runs on every rank with no
+    fork, no rendezvous and no imports, and returns a :class:`LaunchResult`; each rank keeps its
+    own namespace from call to call (:meth:`exec`, :meth:`push`, :meth:`pull`).
+
+    Every guarantee of a launch holds for each call: output labelled by rank, a live panel in
+    the cell (left as a static copy), the first failing rank's exception raised here with its
+    own type and rank, the call stopped on the other ranks (a rank waiting for the failed one in
+    a collective is released), kernel interrupts, ``stall_notice``, ``stall_timeout`` and
+    ``timeout`` (per call). After a failed call the session stays usable, with every rank's
+    namespace; the process group is formed again if a rank was stopped inside a collective
+    (then models wrapped for the old group must be wrapped again, as a note on the error says).
+    A rank whose process dies breaks the session: :meth:`restart` starts new workers (every
+    rank's state is lost). One launch or session runs in a kernel at a time.
+
+    Args:
+        num_processes: processes to start (as :func:`notebook_launcher`).
+        mixed_precision, use_port, start_method, stall_timeout, stall_notice, stop_grace,
+            threads_per_process, output, ui, monitor_interval, log_line_prefix_template: as
+            :func:`notebook_launcher` (``stall_timeout`` and ``stall_notice`` apply per call).
+        timeout: seconds each call may take (None: no limit); ``exec`` takes its own too.
+        start_timeout: seconds the workers may take to start and form the group.
+
+    Sessions run on one machine (no multi-node settings) and not on TPUs.
+
+    Example:
+        >>> with Session(num_processes=2) as session:
+        ...     session.exec("import torch; x = torch.ones(1) * PartialState().process_index")
+        ...     session.pull("x")
+        [tensor([0.]), tensor([1.])]
+    """
+
+    def __init__(
+        self,
+        num_processes: int | None = D.num_processes,
+        *,
+        mixed_precision: str = D.mixed_precision,
+        use_port: str | int = D.use_port,
+        start_method: str = D.start_method,
+        timeout: float | None = D.timeout,
+        stall_timeout: float | None = D.stall_timeout,
+        stall_notice: float | None = D.stall_notice,
+        stop_grace: float = D.stop_grace,
+        threads_per_process: int | None = D.threads_per_process,
+        output: str = D.output,
+        ui: str = D.ui,
+        monitor_interval: float = D.monitor_interval,
+        log_line_prefix_template: str | None = D.log_line_prefix_template,
+        start_timeout: float = START_TIMEOUT,
+    ) -> None:
+        settings = dict(locals())
+        del settings["self"], settings["start_timeout"]
+        with shown_as_argument_errors():
+            self.settings = LaunchSettings(**settings)
+            self.start_timeout = check_number("start_timeout", start_timeout, positive=True)
+            plan = plan_launch(self.settings)
+            if not LAUNCHERS[plan.start_method].selectable:
+                raise invalid(
+                    "device",
+                    plan.device,
+                    "sessions run on CPUs and GPUs; on TPUs use notebook_launcher",
+                )
+        self._plan = plan
+        self._lock = threading.RLock()  # one call (or close) at a time
+        self._idle = threading.Event()  # set while no call runs: the watcher may read
+        self._state = "closed"
+        self._calls = 0
+        self._broken: str | None = None
+        self._group: WorkerGroup | None = None
+        self._rendezvous: Any = None
+        self._claimed = False
+        self._starts = 0  # each start has its own watcher thread, which ends with it
+        self._start()
+
+    # -- what users call --------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        """ "alive" (calls run), "broken" (a rank died: :meth:`restart`) or "closed"."""
+        return self._state
+
+    @property
+    def num_processes(self) -> int:
+        return self._plan.num_processes
+
+    @property
+    def calls(self) -> int:
+        """How many calls this session's workers have run."""
+        return self._calls
+
+    @classmethod
+    def current(cls) -> Session | None:
+        """The session open in this kernel (alive or broken), or None."""
+        for session in list(_open):
+            if session.state != "closed":
+                return session
+        return None
+
+    def run(self, function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> LaunchResult:
+        """Run ``function(*args, **kwargs)`` on every rank; every rank's value, in rank order.
+
+        The function and arguments travel by value (cloudpickle), so functions and classes
+        defined in notebook cells work; each call starts no process.
+        """
+        with shown_as_argument_errors():
+            if not callable(function):
+                raise TypeError(
+                    f"function must be callable (pass the function, do not call it), got "
+                    f"{type(function).__name__}: {function!r}"
+                )
+            parts = {"function": function}
+            parts.update({f"args[{i}]": arg for i, arg in enumerate(args)})
+            parts.update({f"kwargs[{key!r}]": value for key, value in kwargs.items()})
+            body = _pickled((function, args, kwargs), parts)
+        return self._call(protocol.RUN, body, self.settings.timeout)
+
+    def exec(
+        self, source: str, *, timeout: float | None = None, filename: str = ""
+    ) -> LaunchResult:
+        """Run ``source`` on every rank in that rank's own namespace, as a notebook cell runs.
+
+        Each rank's value is its last line's when that is an expression, else None. Names
+        bound stay for later calls (``exec``, :meth:`pull`). ``timeout`` (default: the
+        session's) bounds this call; ``filename`` names the code in tracebacks.
+        """
+        with shown_as_argument_errors():
+            if not isinstance(source, str):
+                raise TypeError(f"source must be a str of Python code, got {type(source).__name__}")
+            compile(source, filename or "<session>", "exec")  # a syntax error is raised here
+            if timeout is not None:
+                check_number("timeout", timeout, positive=True)
+        name = filename or f"<session exec {self._calls + 1}>"
+        body = cloudpickle.dumps((source, name))
+        return self._call(
+            protocol.EXEC, body, timeout if timeout is not None else self.settings.timeout
+        )
+
+    def push(self, **values: Any) -> None:
+        """Bind each ``name=value`` in every rank's namespace (values travel by value)."""
+        with shown_as_argument_errors():
+            if not values:
+                raise TypeError("push() needs at least one name=value")
+            body = _pickled(values, values)
+        self._call(protocol.PUSH, body, self.settings.timeout)
+
+    def pull(self, name: str) -> list[Any]:
+        """Every rank's value of ``name`` in its namespace, in rank order."""
+        with shown_as_argument_errors():
+            if not isinstance(name, str) or not name.isidentifier():
+                raise ValueError(f"name must be a Python identifier, got {name!r}")
+        return self._call(protocol.PULL, cloudpickle.dumps(name), self.settings.timeout).values
+
+    def restart(self) -> None:
+        """Stop the workers and start new ones with the same settings. Every rank's state (its
+        namespace, models, data) is lost."""
+        with self._lock:
+            self._end("session restarted")
+            print(
+                f"notebook_launcher: restarting the session: {self.num_processes} new "
+                "processes; every rank's earlier state is gone",
+                flush=True,
+            )
+            self._start()
+
+    def close(self) -> None:
+        """Let the workers leave (bounded), then stop whatever is left; nothing stays behind.
+        Safe to call more than once."""
+        with self._lock:
+            self._end("session closed")
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        plan = self._plan
+        text = (
+            f"<Session {self._state}: {plan.num_processes} processes ({plan.device}, "
+            f"{plan.start_method}), {self._calls} calls"
+        )
+        if self._broken:
+            text += f"; broken: {self._broken}"
+        return text + ">"
+
+    # -- starting and ending ----------------------------------------------------------------
+
+    def _start(self) -> None:
+        plan = self._plan
+        with shown_as_argument_errors():
+            plan = self._plan = run_preflight(_session_function(), (), plan)
+        exclusive.claim(
+            f"a session of {plan.num_processes} processes",
+            "Close it first (session.close() or %distributed close).",
+        )
+        self._claimed = True
+        self._broken = None
+        self._calls = 0
+        try:
+            names.reclaim_orphans()
+            launcher = LAUNCHERS[plan.start_method]()
+            launcher.prepare()
+            payload = launcher.payload(_session_function(), ())
+            sink = OutputSink(
+                plan.output, lambda rank: plan.prefix(rank, rank % plan.num_processes)
+            )
+            self._rendezvous = LocalRendezvous(plan).attempt(0)
+            attempt = self._rendezvous.__enter__()
+            specs = [
+                worker_spec(plan, r, attempt.port, 0, session=True)
+                for r in range(plan.num_processes)
+            ]
+            with interrupts_deferred():
+                handles = launcher.start_group(specs, payload, time.monotonic())
+                self._group = WorkerGroup(handles, sink, stop_grace=plan.stop_grace)
+            attempt.workers_started()
+            self._state = "alive"
+            _open.add(self)
+            supervisor = CallSupervisor(self._group, plan, 0)
+            self._group.listeners = (supervisor.on_event,)
+            supervisor.run_call(time.monotonic() + self.start_timeout)
+        except BaseException:
+            self._end("the session did not start", graceful=False)
+            raise
+        self._idle.set()
+        self._starts += 1
+        threading.Thread(
+            target=_watch_idle,
+            args=(weakref.ref(self), self._starts),
+            name="notebook_launcher-session",
+            daemon=True,
+        ).start()
+
+    def _end(self, reason: str, graceful: bool = True) -> None:
+        """Let the workers leave (``graceful``: they are told to close and given time to; else
+        they are stopped at once), stop the rest, release the store and the kernel."""
+        self._idle.clear()
+        group, self._group = self._group, None
+        with interrupts_deferred():
+            if group is not None:
+                if graceful and self._state == "alive":
+                    _say_close(group)
+                    group.await_exits([h for h in group.handles if not h.exited], CLOSE_WAIT)
+                group.listeners = ()
+                group.teardown(reason, requested=True)
+            if self._rendezvous is not None:
+                self._rendezvous.__exit__(None, None, None)
+                self._rendezvous = None
+            if self._claimed:
+                self._claimed = False
+                exclusive.release()
+        self._state = "closed"
+
+    def _break(self, why: str) -> None:
+        """A rank died or the group could not be formed again: stop every worker."""
+        self._end(f"the session broke: {why}", graceful=False)
+        self._state, self._broken = "broken", why
+
+    # -- calls ------------------------------------------------------------------------------
+
+    def _usable(self) -> WorkerGroup:
+        if self._state == "broken":
+            raise SessionBrokenError(
+                f"the session is broken ({self._broken}); session.restart() starts new workers "
+                "(every rank's state is lost)"
+            )
+        if self._state != "alive" or self._group is None:
+            raise SessionClosedError(
+                "the session is closed; session.restart() (or a new Session) starts workers"
+            )
+        return self._group
+
+    def _call(self, kind: str, body: bytes, timeout: float | None) -> LaunchResult:
+        with self._lock:
+            group = self._usable()
+            self._idle.clear()
+            view = None
+            try:
+                self._calls += 1
+                plan = self._plan
+                supervisor = CallSupervisor(group, plan, self._calls)
+                if self.settings.ui != "none":
+                    view = create_view(self.settings.ui, plan.num_processes, plan.output)
+                group.listeners = (supervisor.on_event, *((view,) if view else ()))
+                started = time.monotonic()
+                deadline = None if timeout is None else started + timeout
+                for handle in group.handles:
+                    handle.result = handle.failed = handle.finished_at = None
+                    handle.last_alive = started
+                    group.apply(handle, WorkerStarted(handle.rank, handle.pid, time.time()))
+                command = Command(kind, self._calls, body).to_bytes()
+                try:
+                    for handle in group.handles:
+                        handle.commands.send_bytes(command)
+                    payloads = supervisor.run_call(deadline)
+                except KeyboardInterrupt:
+                    with interrupts_deferred():
+                        supervisor.settle("interrupted", (), requested=True)
+                        self._settled(supervisor)
+                    raise KeyboardInterrupt(interrupted_text(supervisor.broken)) from None
+                except BrokenPipeError as error:
+                    self._break(f"a worker's command pipe closed ({error})")
+                    raise SessionBrokenError(f"the session broke: {self._broken}") from None
+                except BaseException as error:
+                    with interrupts_deferred():
+                        self._settled(supervisor)
+                    raise with_session_notes(error, supervisor) from error.__cause__
+                values = [p.load() if p is not None else None for p in payloads]
+                panel = RunPanel(view.model) if view is not None else None
+                return LaunchResult(values, 0, time.monotonic() - started, panel=panel)
+            finally:
+                if view is not None:
+                    view.finish()
+                if self._state == "alive":
+                    group.listeners = ()
+                    self._idle.set()
+
+    def _settled(self, supervisor: CallSupervisor) -> None:
+        if supervisor.broken is not None:
+            self._break(supervisor.broken)
+        elif supervisor.reformed:
+            group = self._group
+            if group is not None:
+                group.sink.notice(
+                    "notebook_launcher: the process group was formed again; models wrapped for "
+                    "the old group must be wrapped again"
+                )
+
+    def _watch(self) -> bool:
+        """One look between calls: read what the workers wrote; a dead rank breaks the
+        session (said in the cell). Whether to keep watching."""
+        if not self._idle.wait(IDLE_CHECK):
+            return self._state != "closed"
+        group = self._group
+        if group is None:
+            return False
+        try:
+            ready = wait(group.waitables(), IDLE_CHECK)
+        except (OSError, ValueError):  # pipes closed by a close() meanwhile
+            return self._state == "alive"
+        if not ready or not self._lock.acquire(timeout=0.05):
+            return True
+        try:
+            if self._idle.is_set() and self._group is group and self._state == "alive":
+                group.pump(0)
+                dead = [h for h in group.handles if h.exited]
+                if dead:
+                    handle = dead[0]
+                    why = f"rank {handle.rank} died (exit code {handle.exitcode})"
+                    group.sink.notice(
+                        f"notebook_launcher: {why}; the session is broken: session.restart() "
+                        "starts new workers (every rank's state is lost)"
+                    )
+                    self._break(why)
+        finally:
+            self._lock.release()
+        return self._state == "alive"
+
+
+def _watch_idle(ref: weakref.ref, start: int) -> None:
+    while True:
+        session = ref()
+        if session is None or session._starts != start or not session._watch():
+            return
+        del session
+
+
+def _say_close(group: WorkerGroup) -> None:
+    command = Command(protocol.CLOSE, 0).to_bytes()
+    for handle in group.handles:
+        try:
+            handle.commands.send_bytes(command)
+        except OSError:
+            pass
+
+
+def _session_function() -> Callable[[], None]:
+    return names.entry_point(names.SESSION_LOOP)
+
+
+PICKLE_ADVICE = (
+    "A session sends each call's function and values to its workers by value (cloudpickle): "
+    "pass plain data, or build such objects on the workers (with exec or run)."
+)
+
+
+def _pickled(value: Any, parts: dict[str, Any]) -> bytes:
+    """``value`` cloudpickled; else a TypeError naming the part of it (of ``parts``) that
+    cannot be."""
+    try:
+        return cloudpickle.dumps(value)
+    except Exception as error:
+        for name, part in parts.items():
+            problem = find_unpicklable(part, name)
+            if problem is not None:
+                raise TypeError(f"{problem}. {PICKLE_ADVICE}") from error
+        raise TypeError(
+            f"what this call sends cannot be pickled ({error}). {PICKLE_ADVICE}"
+        ) from error
+
+
+@atexit.register
+def _close_all() -> None:
+    for session in list(_open):
+        try:
+            session.close()
+        except Exception:  # the interpreter is going: the workers die with it anyway
+            pass
+
+
+__all__ = ["Session"]

@@ -1,0 +1,240 @@
+"""One call of a session, supervised as a launch's attempt is: every rank runs it, the watchdogs
+judge it, and a failure, a timeout, a stall or an interrupt stops it on every rank while the
+workers, their namespaces and (where no collective was left half done) the process group stay.
+
+After a failed call each rank reports where it stands in the job's collectives. When every rank
+stopped at the same place the process group is kept. Otherwise (a rank was stopped inside a
+collective, or a connection broke) every rank forms the group again under fresh store keys:
+ranks that ended first close their connections, which ends the collective the others wait in.
+A rank that does not end its call within the stop grace, or cannot join the new group, breaks
+the session (its processes are then stopped, and ``restart()`` starts new ones).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+
+from ..protocol import results
+from ..protocol import session as protocol
+from ..protocol.events import WorkerStopped
+from ..protocol.failure import looks_secondary
+from ..protocol.session import Command, RankBusy, RankIdle
+from ..protocol.status import RankStatus
+from .errors import RemoteTraceback, SessionBrokenError, add_note, failure_to_raise
+from .group import WorkerGroup
+from .plan import LaunchPlan
+from .stacks import where_ranks_were
+from .supervisor import Supervisor, failure_order
+from .watchdogs import TimeoutWatchdog, Verdict
+
+SETTLE = 1.0  # seconds the other ranks get to end a failed call before the group is re-formed
+REFORM_LIMIT = 150.0  # seconds every rank has to join the re-formed group
+INTERRUPTED_TYPE = "notebook_launcher.worker.session_loop.CellInterrupted"
+REFORMED_NOTE = (
+    "The process group was formed again (a rank was stopped inside a collective): every rank "
+    "kept its namespace, but models wrapped for the old group (DistributedDataParallel, "
+    "accelerator.prepare) must be wrapped again."
+)
+
+
+class CallSupervisor(Supervisor):
+    """Supervises call ``call`` of a session whose workers are ``group``.
+
+    ``ended`` maps each rank that has finished the call (returned, raised or was stopped) to its
+    :class:`RankIdle`; :meth:`on_event` fills it and must be one of the group's listeners.
+    After the run, ``reformed`` says whether the process group was formed again and ``broken``
+    why the session cannot go on (None: it can).
+    """
+
+    def __init__(self, group: WorkerGroup, plan: LaunchPlan, call: int) -> None:
+        super().__init__(
+            group.handles,
+            group.sink,
+            plan.stall_timeout,
+            plan.monitor_interval,
+            stall_notice=plan.stall_notice,
+            stop_grace=plan.stop_grace,
+            group=group,
+        )
+        self.call = call
+        self.ended: dict[int, RankIdle] = {}
+        self.busy: set[int] = set()  # ranks that took the call (SIGINT reaches it from then)
+        self._signalled: set[int] = set()  # ranks sent SIGINT for this call
+        self.joined: dict[int, RankIdle] = {}  # answers to the re-form command
+        self.reformed = False
+        self.broken: str | None = None
+
+    def on_event(self, event: object) -> None:
+        if isinstance(event, RankBusy) and event.call == self.call:
+            self.busy.add(event.rank)
+        elif isinstance(event, RankIdle) and event.call == self.call:
+            if event.reformed or event.problem is not None:
+                self.joined[event.rank] = event
+            else:
+                self.ended[event.rank] = event
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run_call(self, deadline: float | None) -> list[results.Received | None]:
+        """Supervise until every rank ended the call (their results, in rank order) or raise
+        what went wrong, the call having been stopped on every rank."""
+        group = self.group
+        watchdogs = [TimeoutWatchdog(group, deadline), *self.watchdogs]
+        while True:
+            dead = [h for h in self.handles if h.exited]
+            if dead:
+                raise self._died(dead[0])
+            if group.with_status(RankStatus.FAILED):
+                raise self._failed()
+            if len(self.ended) == len(self.handles):
+                return [h.result for h in self.handles]
+            self.turn(watchdogs, deadline)
+
+    def _judged(self, verdict: Verdict) -> None:
+        """A watchdog ended the call: stop it on every rank (the session stays) and raise."""
+        self.settle(verdict.reason, verdict.blamed)
+        if self.broken is None:
+            add_note(
+                verdict.error, "The call was stopped on every rank; the session is still usable."
+            )
+        raise verdict.error
+
+    def _failed(self) -> BaseException:
+        self.group.pump(0)  # whatever else already arrived decides which failure came first
+        failed = self.group.with_status(RankStatus.FAILED)
+        primary = min(failed, key=failure_order)
+        if primary.exited:
+            return self._died(primary)
+        if primary.failed is not None and primary.failed.exc_type == INTERRUPTED_TYPE:
+            # The interrupt reached the workers before the kernel's own KeyboardInterrupt.
+            self.settle("interrupted", (), requested=True)
+            return KeyboardInterrupt(interrupted_text(self.broken))
+        self.settle(f"rank {primary.rank} failed", (primary.rank,))
+        failure = dataclasses.replace(self._describe(primary), call=self.call)
+        stopped = tuple(h.rank for h in self.handles if h.status == RankStatus.STOPPED)
+        return failure_to_raise(failure, stopped)
+
+    def _died(self, handle) -> SessionBrokenError:
+        failure = self._describe(handle)
+        self.broken = f"rank {handle.rank} died: {failure.message}"
+        error = SessionBrokenError(
+            f"rank {handle.rank} of the session died (exit code {handle.exitcode}): "
+            f"{failure.message}. The session is broken: session.restart() starts new workers "
+            "(every rank's state is lost)."
+        )
+        error.__cause__ = RemoteTraceback(failure.report(()))
+        return error
+
+    # -- stopping a call --------------------------------------------------------------------
+
+    def settle(self, reason: str, blamed: tuple[int, ...], requested: bool = False) -> None:
+        """Stop the call on every rank still in it, and leave the group usable: kept where every
+        rank stopped at the same place in the job's collectives, else formed again. Sets
+        ``broken`` when that cannot be done."""
+        group = self.group
+        for handle in self.handles:
+            if handle.rank not in self.ended and handle.status.active:
+                group.apply(handle, WorkerStopped(handle.rank, reason, requested, blamed))
+        self._await(self._all_stopped, SETTLE)
+        if self._exited():
+            return
+        positions = {idle.position for idle in self.ended.values()}
+        if len(self.ended) == len(self.handles) and len(positions) == 1 and not self._broke():
+            return  # no collective was left half done: the group is kept
+        self._reform()
+
+    def _all_stopped(self) -> bool:
+        """Interrupt each rank that has taken the call and not ended it (once; a rank is
+        interrupted only once it took the call, as before that the signal is ignored);
+        whether every rank has ended the call."""
+        for handle in self.handles:
+            rank = handle.rank
+            if rank in self.busy and rank not in self.ended and rank not in self._signalled:
+                self._signalled.add(rank)
+                try:
+                    os.kill(handle.pid, signal.SIGINT)  # the call raises KeyboardInterrupt there
+                except (OSError, TypeError):
+                    pass
+        return len(self.ended) == len(self.handles)
+
+    def _broke(self) -> bool:
+        """Whether a rank failed with a communication error (its connections are gone)."""
+        return any(
+            h.failed is not None and looks_secondary(h.failed.exc_type, h.failed.message)
+            for h in self.handles
+        )
+
+    def _reform(self) -> None:
+        self.reformed = True
+        command = Command(protocol.REFORM, self.call).to_bytes()
+        for handle in self.handles:
+            try:
+                handle.commands.send_bytes(command)
+            except OSError:
+                self.broken = f"rank {handle.rank}'s process is gone"
+                return
+        # Ranks that ended close their connections as they form the new group, which ends a
+        # collective the others wait in; those must then end within the stop grace.
+        ended = self._await(self._all_stopped, self.group.stop_grace)
+        if not ended:
+            if not self._exited():
+                stuck = [h.rank for h in self.handles if h.rank not in self.ended]
+                where = where_ranks_were(
+                    {r: s for r, s in self.group.collect_stacks().items() if r in stuck}
+                )
+                self.broken = (
+                    f"rank {', '.join(map(str, stuck))} did not stop within "
+                    f"{self.group.stop_grace + SETTLE:g} s of the interrupt (stuck outside "
+                    f"Python?). {where}"
+                ).rstrip()
+            return
+        if not self._await(lambda: len(self.joined) == len(self.handles), REFORM_LIMIT):
+            if not self._exited():
+                missing = [h.rank for h in self.handles if h.rank not in self.joined]
+                self.broken = (
+                    f"rank {', '.join(map(str, missing))} did not join the process group "
+                    f"formed again within {REFORM_LIMIT:g} s"
+                )
+            return
+        problems = [f"rank {i.rank}: {i.problem}" for i in self.joined.values() if i.problem]
+        if problems:
+            self.broken = (
+                "the process group could not be formed again (" + "; ".join(problems) + ")"
+            )
+
+    def _await(self, done, limit: float) -> bool:
+        """Read the workers until ``done()`` or ``limit`` seconds passed (or a rank died)."""
+        end = self.clock() + limit
+        while not done():
+            left = end - self.clock()
+            if left <= 0 or self._exited():
+                return False
+            self.group.pump(min(left, 0.05))
+        return True
+
+    def _exited(self) -> bool:
+        dead = [h for h in self.handles if h.exited]
+        if dead and self.broken is None:
+            self.broken = f"rank {dead[0].rank}'s process ended (exit code {dead[0].exitcode})"
+        return bool(dead)
+
+
+def interrupted_text(broken: str | None) -> str:
+    if broken is None:
+        return "the cell was interrupted and stopped on every rank; the session is still usable"
+    return f"the cell was interrupted; the session is broken: {broken}"
+
+
+def with_session_notes(error: BaseException, supervisor: CallSupervisor) -> BaseException:
+    """``error`` with what its call did to the session (group formed again, or broken)."""
+    if supervisor.broken is not None:
+        add_note(
+            error,
+            f"The session is broken: {supervisor.broken}. session.restart() starts new workers "
+            "(every rank's state is lost).",
+        )
+    elif supervisor.reformed:
+        add_note(error, REFORMED_NOTE)
+    return error

@@ -1,0 +1,155 @@
+"""IPython magics for sessions: ``%load_ext notebook_launcher``, then
+
+* ``%%distributed [-n N] [--timeout S]``: run the cell's body on every rank of the session (one
+  of N processes is started if none is open), in each rank's own namespace; the cell's value is
+  the list of every rank's last expression (nothing when the body ends in a statement).
+* ``%distributed status``, ``%distributed restart``, ``%distributed close``.
+* ``%distributed push NAME [NAME ...]``: bind the kernel's values of those names on every rank.
+* ``%distributed pull NAME``: every rank's value of NAME, as a list.
+* ``%distributed start [-n N]``: start a session without running anything.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from .launch.session import Session
+from .utils.validation import check_int, check_number
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register ``%distributed`` and ``%%distributed`` (``%load_ext notebook_launcher``)."""
+    ipython.register_magic_function(_line_or_cell(ipython), "line_cell", "distributed")
+
+
+def _line_or_cell(ipython: Any):
+    def distributed(line: str, cell: str | None = None) -> Any:
+        if cell is None:
+            return _line(ipython, line)
+        return _cell(ipython, line, cell)
+
+    distributed.__doc__ = __doc__
+    return distributed
+
+
+def _options(words: list[str], allowed: tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
+    """``-n N`` and ``--timeout S`` out of ``words``; the words left."""
+    options: dict[str, Any] = {}
+    rest: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        name = {"-n": "num_processes", "--num-processes": "num_processes"}.get(word, word)
+        if word == "--timeout":
+            name = "timeout"
+        if word.startswith("-"):
+            if name not in allowed:
+                raise ValueError(
+                    f"%distributed does not take {word!r} here; it takes "
+                    + (", ".join(_FLAGS[a] for a in allowed) or "no options")
+                )
+            if i + 1 >= len(words):
+                raise ValueError(f"{word} needs a value")
+            options[name] = _number(name, words[i + 1])
+            i += 2
+            continue
+        rest.append(word)
+        i += 1
+    return options, rest
+
+
+_FLAGS = {"num_processes": "-n N", "timeout": "--timeout SECONDS"}
+
+
+def _number(name: str, text: str) -> Any:
+    try:
+        value = int(text) if name == "num_processes" else float(text)
+    except ValueError:
+        raise ValueError(f"{_FLAGS[name]}: {text!r} is not a number") from None
+    if name == "num_processes":
+        return check_int("num_processes", value, 1)
+    return check_number("timeout", value, positive=True)
+
+
+def _session(num_processes: int | None) -> Session:
+    session = Session.current()
+    if session is not None:
+        if num_processes is not None and num_processes != session.num_processes:
+            raise ValueError(
+                f"-n {num_processes}: the open session has {session.num_processes} processes; "
+                "`%distributed close` first to start one of another size"
+            )
+        return session
+    if num_processes is None:
+        raise ValueError(
+            "no session is open: give the number of processes, e.g. `%%distributed -n 2`"
+        )
+    return Session(num_processes=num_processes)
+
+
+def _cell(ipython: Any, line: str, cell: str) -> Any:
+    options, rest = _options(shlex.split(line), ("num_processes", "timeout"))
+    if rest:
+        raise ValueError(f"%%distributed takes only -n N and --timeout SECONDS, not {rest!r}")
+    session = _session(options.get("num_processes"))
+    # The body starts on the cell's second line; named as IPython names the cell, so that
+    # tracebacks say "Cell In[7], line 3".
+    source = "\n" + cell
+    filename = ipython.compile.cache(source, ipython.execution_count)
+    result = session.exec(source, timeout=options.get("timeout"), filename=filename)
+    values = result.values
+    return None if all(v is None for v in values) else values
+
+
+def _line(ipython: Any, line: str) -> Any:
+    words = shlex.split(line)
+    if not words:
+        raise ValueError(
+            "%distributed needs one of: status, start [-n N], restart, close, push NAME..., "
+            "pull NAME (or use %%distributed as a cell magic)"
+        )
+    what, words = words[0], words[1:]
+    if what == "status":
+        session = Session.current()
+        print(session if session is not None else "no session is open")
+        return None
+    if what == "start":
+        options, rest = _options(words, ("num_processes",))
+        _no_more(what, rest)
+        return _session(options.get("num_processes"))
+    session = Session.current()
+    if session is None:
+        raise ValueError(
+            f"%distributed {what}: no session is open (start one: %distributed start -n 2)"
+        )
+    if what == "restart":
+        _no_more(what, words)
+        session.restart()
+        return None
+    if what == "close":
+        _no_more(what, words)
+        session.close()
+        return None
+    if what == "push":
+        if not words:
+            raise ValueError(
+                "%distributed push needs the names to send, e.g. %distributed push model lr"
+            )
+        missing = [name for name in words if name not in ipython.user_ns]
+        if missing:
+            raise NameError(f"%distributed push: {', '.join(missing)} not defined in the kernel")
+        session.push(**{name: ipython.user_ns[name] for name in words})
+        return None
+    if what == "pull":
+        if len(words) != 1:
+            raise ValueError("%distributed pull takes one name, e.g. %distributed pull loss")
+        return session.pull(words[0])
+    raise ValueError(
+        f"%distributed {what}: unknown; use status, start, restart, close, push or pull"
+    )
+
+
+def _no_more(what: str, words: list[str]) -> None:
+    if words:
+        raise ValueError(f"%distributed {what} takes no arguments, got {' '.join(words)!r}")

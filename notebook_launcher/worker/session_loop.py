@@ -1,0 +1,173 @@
+"""A session's worker: it joins the job once, then runs what the kernel sends until it is closed.
+
+The loop is the "function" a session's workers are launched with (:func:`serve`), so everything a
+launch does around a function (the torchrun environment, labelled output, live tracking, the stop
+signal, the exit barrier) holds for a session too. Each command's outcome goes back as a launch's
+``WorkerFinished`` or ``WorkerFailed`` followed by :class:`~notebook_launcher.protocol.session.RankIdle`.
+
+SIGINT interrupts the command running on this rank (the kernel sends it when the cell is
+interrupted or another rank failed, once the rank said it took the call); between commands it is
+ignored, so an interrupt that reaches every process of the kernel's process group leaves an idle
+rank waiting. One that arrives while the rank is taking a call is kept until the call starts.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import linecache
+import os
+import signal
+import time
+from datetime import timedelta
+from typing import Any
+
+import cloudpickle
+
+from ..protocol import session as protocol
+from ..protocol.context import current_context
+from ..protocol.session import Command, RankBusy, RankIdle
+from ..state import PartialState
+from .reporting import failure_event, flush_streams, result_event, send_live
+
+REFORM_TIMEOUT = 120.0  # seconds a rank waits for the others to form the group again
+
+_commands: Any = None  # the read end of this worker's command pipe
+IDLE, TAKING, RUNNING = range(3)
+_phase = IDLE  # SIGINT: ignored while idle, kept while taking a call, raised while it runs
+_pending = False  # an interrupt arrived while the call was being taken
+
+
+class CellInterrupted(KeyboardInterrupt):
+    """The command running on this rank was interrupted (the kernel's cell was interrupted, or
+    another rank failed while this one still ran)."""
+
+
+def attach(conn: Any) -> None:
+    """Remember the command pipe (set up by the bootstrap before :func:`serve` runs)."""
+    global _commands
+    _commands = conn
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    global _pending
+    if _phase == RUNNING:
+        raise CellInterrupted(protocol.INTERRUPTED)
+    if _phase == TAKING:
+        _pending = True
+
+
+def serve() -> None:
+    """Join the job, then run the kernel's commands until it says close (or its pipe closes)."""
+    global _phase, _pending
+    conn = _commands
+    if conn is None:
+        raise RuntimeError("serve() runs only in a session's worker (it has no command pipe)")
+    ctx = current_context()
+    rank, channel = ctx.rank, ctx.channel
+    signal.signal(signal.SIGINT, _interrupt)
+    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    state = PartialState()  # forms the process group
+    generation = 0
+    channel.send(RankIdle(rank, 0, _position(state)))
+    while True:
+        try:
+            command = Command.from_bytes(conn.recv_bytes())
+        except (EOFError, OSError):  # the kernel is gone
+            return
+        if command.kind == protocol.CLOSE:
+            return
+        if command.kind == protocol.REFORM:
+            generation += 1
+            channel.send(_reform(state, rank, command.call, generation))
+            continue
+        _phase, _pending = TAKING, False
+        channel.send(RankBusy(rank, command.call))  # the kernel may interrupt from now on
+        try:
+            _phase = RUNNING
+            if _pending:
+                raise CellInterrupted(protocol.INTERRUPTED)
+            value = _perform(command, namespace)
+            _phase = IDLE
+            event = result_event(rank, value, os.getppid())  # the kernel owns the file
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the kernel
+            _phase = IDLE
+            if isinstance(exc, SystemExit) and exc.code in (None, 0):
+                event = result_event(rank, None, os.getppid())
+            else:
+                event = failure_event(rank, exc)
+            del exc  # its traceback holds the command's frames
+        send_live()
+        flush_streams()
+        channel.send(event)
+        channel.send(RankIdle(rank, command.call, _position(state)))
+
+
+def _perform(command: Command, namespace: dict[str, Any]) -> Any:
+    body = cloudpickle.loads(command.body) if command.body else None
+    if command.kind == protocol.RUN:
+        function, args, kwargs = body
+        return function(*args, **kwargs)
+    if command.kind == protocol.EXEC:
+        source, filename = body
+        return run_source(source, filename, namespace)
+    if command.kind == protocol.PUSH:
+        namespace.update(body)
+        return None
+    if command.kind == protocol.PULL:
+        if body not in namespace:
+            raise NameError(f"name {body!r} is not defined on this rank")
+        return namespace[body]
+    raise ValueError(f"unknown session command {command.kind!r}")
+
+
+def run_source(source: str, filename: str, namespace: dict[str, Any]) -> Any:
+    """Run ``source`` in ``namespace`` as a notebook cell runs: the value of its last line when
+    that is an expression, else None. ``filename`` names it in tracebacks (its lines are put in
+    ``linecache``, so tracebacks show them)."""
+    tree = ast.parse(source, filename, "exec")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(tree, filename, "exec"), namespace)
+    return eval(compile(last, filename, "eval"), namespace) if last is not None else None
+
+
+def _position(state: PartialState) -> tuple[int, ...]:
+    try:
+        return state.device_backend.collectives_position()
+    except Exception:  # noqa: BLE001 - unknown: the kernel then forms the group again
+        return (-2, time.monotonic_ns())
+
+
+def _reform(state: PartialState, rank: int, call: int, generation: int) -> RankIdle:
+    """Form the default process group again, under fresh store keys; the rank's namespace and
+    everything else it holds are kept. Models wrapped for the old group must be wrapped again."""
+    import torch.distributed as dist
+
+    ctx = current_context()
+    try:
+        state.device_backend.forget_collectives()
+        if dist.is_initialized():
+            name = dist.get_backend()
+            dist.destroy_process_group()  # closes its connections: a peer stuck in one raises
+        else:
+            name = state.backend or state.device_backend.process_group_backend
+        store = dist.TCPStore(
+            ctx.master_addr,
+            ctx.master_port,
+            is_master=False,
+            timeout=timedelta(seconds=REFORM_TIMEOUT),
+        )
+        prefixed = dist.PrefixStore(protocol.session_store_prefix(generation), store)
+        dist.init_process_group(
+            name,
+            store=prefixed,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            timeout=timedelta(seconds=REFORM_TIMEOUT),
+        )
+    except Exception as exc:  # noqa: BLE001 - said to the kernel: the session is then broken
+        return RankIdle(rank, call, reformed=False, problem=f"{type(exc).__name__}: {exc}")
+    return RankIdle(rank, call, _position(state), reformed=True)
