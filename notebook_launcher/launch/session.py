@@ -45,7 +45,10 @@ START_TIMEOUT = 300.0  # default seconds for the workers to start and form the g
 CLOSE_WAIT = 10.0  # seconds closed workers get to leave before they are stopped
 IDLE_CHECK = 0.5  # seconds between the idle watcher's looks (a death is reported within 1 s)
 
-_open: weakref.WeakSet[Session] = weakref.WeakSet()
+# The sessions of this kernel not closed yet (alive or broken). Held here so that a session whose
+# object the user dropped (``Session(2)`` alone in a cell) is still found by the magics and
+# ``Session.current()``, and closed when the kernel exits.
+_open: set[Session] = set()
 
 
 class Session:
@@ -220,6 +223,7 @@ class Session:
         Safe to call more than once."""
         with self._lock:
             self._end("session closed")
+            _open.discard(self)
 
     def __enter__(self) -> Session:
         return self
@@ -275,6 +279,7 @@ class Session:
             supervisor.run_call(time.monotonic() + self.start_timeout)
         except BaseException:
             self._end("the session did not start", graceful=False)
+            _open.discard(self)
             raise
         self._idle.set()
         self._starts += 1

@@ -1,0 +1,158 @@
+"""Sessions in a real ipykernel: the magics, state across cells, errors that name the rank and the
+cell, interrupts, a killed rank, restart, close, and a killed kernel taking its workers along."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+
+import pytest
+from kernelrun import alive, wait_until
+
+pytestmark = pytest.mark.kernel
+
+START = "%load_ext notebook_launcher\n"
+SETUP = (
+    "%%distributed -n 2\n"
+    "import os, time, torch\n"
+    "import torch.distributed as dist\n"
+    "from notebook_launcher import PartialState\n"
+    "rank = PartialState().process_index\n"
+    "print('ready in pid', os.getpid())\n"
+)
+READY = re.compile(r"^\[rank(\d)\] ready in pid (\d+)$", re.M)
+
+
+def open_session(kernel) -> list[int]:
+    """Load the magics and start a session of 2 processes; their pids."""
+    assert kernel.execute(START, timeout=30).error() is None
+    cell = kernel.execute(SETUP, timeout=120)
+    assert cell.error() is None, cell.output()
+    pids = sorted(int(pid) for _, pid in READY.findall(cell.stream("stdout")))
+    assert len(pids) == 2, cell.output()
+    kernel.watch(pids)
+    return pids
+
+
+def close_session(kernel, pids: list[int]) -> None:
+    closed = kernel.execute("%distributed close", timeout=60)
+    assert closed.error() is None, closed.output()
+    assert wait_until(lambda: not alive(pids), timeout=5.0), f"left running: {alive(pids)}"
+    assert not kernel.workers()
+
+
+def test_cells_share_each_ranks_namespace_and_output_is_labelled(kernel):
+    pids = open_session(kernel)
+    first = kernel.execute("%%distributed\nsteps = rank * 10\nprint('step', steps)\n", timeout=60)
+    assert first.error() is None, first.output()
+    assert sorted(first.stream("stdout").splitlines()) == ["[rank0] step 0", "[rank1] step 10"]
+    second = kernel.execute("%%distributed\nsteps += 1\nsteps, dist.get_world_size()\n", timeout=60)
+    assert second.error() is None, second.output()
+    assert second.result() == "[(1, 2), (11, 2)]"
+    # No new process for any cell.
+    assert sorted(p.pid for p in kernel.workers()) == pids
+    close_session(kernel, pids)
+
+
+def test_push_and_pull_line_magics(kernel):
+    pids = open_session(kernel)
+    pushed = kernel.execute("base = 7\n%distributed push base\n", timeout=60)
+    assert pushed.error() is None, pushed.output()
+    kernel.execute("%%distributed\nmine = base + rank\n", timeout=60)
+    pulled = kernel.execute("%distributed pull mine", timeout=60)
+    assert pulled.result() == "[7, 8]", pulled.output()
+    missing = kernel.execute("%distributed push nowhere", timeout=30)
+    assert missing.error()["ename"] == "NameError"
+    status = kernel.execute("%distributed status", timeout=30)
+    assert "alive" in status.stream("stdout") and "2 processes" in status.stream("stdout")
+    close_session(kernel, pids)
+
+
+def test_an_error_on_rank_1_raises_its_type_in_the_cell_and_state_survives(kernel):
+    pids = open_session(kernel)
+    kernel.execute("%%distributed\nweights = torch.full((3,), float(rank))\n", timeout=60)
+    failed = kernel.execute(
+        "%%distributed\nif rank == 1:\n    raise ValueError('bad batch')\ndist.barrier()\n",
+        timeout=60,
+    )
+    error = failed.error()
+    assert error is not None and error["ename"] == "ValueError", failed.output()
+    shown = failed.traceback()
+    assert "rank 1" in shown
+    assert re.search(r"Cell In\[\d+\], line 3", shown), shown  # the raise, in cell lines
+    after = kernel.execute("%%distributed\nweights.sum().item()\n", timeout=60)
+    assert after.error() is None, after.output()
+    assert after.result() == "[0.0, 3.0]"
+    reduced = kernel.execute(
+        "%%distributed\nt = torch.ones(1)\ndist.all_reduce(t)\nt.item()\n", timeout=60
+    )
+    assert reduced.result() == "[2.0, 2.0]", reduced.output()
+    close_session(kernel, pids)
+
+
+def test_an_interrupt_stops_the_cell_on_every_rank_and_the_session_goes_on(kernel):
+    pids = open_session(kernel)
+    cell = kernel.start(
+        "%%distributed\n"
+        "print('waiting', flush=True)\n"
+        "if rank == 1:\n"
+        "    time.sleep(300)\n"
+        "dist.barrier()\n"
+    )
+    assert cell.wait_for(lambda c: c.stream().count("waiting") == 2, timeout=60), cell.output()
+    kernel.km.interrupt_kernel()
+    cell.finish(timeout=30)
+    error = cell.error()
+    assert error is not None and error["ename"] == "KeyboardInterrupt", cell.output()
+    assert "still usable" in cell.traceback()
+    assert sorted(p.pid for p in kernel.workers()) == pids  # the same processes go on
+    after = kernel.execute(
+        "%%distributed\nt = torch.ones(1)\ndist.all_reduce(t)\nrank, t.item()\n", timeout=60
+    )
+    assert after.result() == "[(0, 2.0), (1, 2.0)]", after.output()
+    close_session(kernel, pids)
+
+
+def test_a_killed_rank_breaks_the_session_and_restart_starts_new_workers(kernel):
+    pids = open_session(kernel)
+    cell = kernel.start(
+        "%%distributed\nprint('in barrier', flush=True)\nif rank == 0:\n    dist.barrier()\n"
+        "else:\n    time.sleep(300)\n"
+    )
+    assert cell.wait_for(lambda c: c.stream().count("in barrier") == 2, timeout=60)
+    os.kill(pids[1], signal.SIGKILL)
+    cell.finish(timeout=30)
+    error = cell.error()
+    assert error is not None and error["ename"] == "SessionBrokenError", cell.output()
+    assert "rank 1" in cell.traceback() and "restart" in cell.traceback()
+    assert wait_until(lambda: not alive(pids), timeout=5.0), f"left running: {alive(pids)}"
+    status = kernel.execute("%distributed status", timeout=30)
+    assert "broken" in status.stream("stdout")
+    restarted = kernel.execute("%distributed restart", timeout=120)
+    assert restarted.error() is None, restarted.output()
+    assert "earlier state is gone" in restarted.stream()
+    fresh = kernel.execute(SETUP, timeout=120)
+    new_pids = sorted(int(pid) for _, pid in READY.findall(fresh.stream("stdout")))
+    kernel.watch(new_pids)
+    assert len(new_pids) == 2 and not set(new_pids) & set(pids)
+    close_session(kernel, new_pids)
+
+
+def test_a_launch_is_refused_while_a_session_is_open(kernel):
+    pids = open_session(kernel)
+    refused = kernel.execute(
+        "from notebook_launcher import notebook_launcher\nnotebook_launcher(print, num_processes=2)\n",
+        timeout=60,
+    )
+    assert refused.error()["ename"] == "LaunchBusyError", refused.output()
+    assert "%distributed close" in refused.traceback()
+    close_session(kernel, pids)
+    again = kernel.execute("notebook_launcher(print, num_processes=2, ui='none')", timeout=120)
+    assert again.error() is None, again.output()
+
+
+def test_a_killed_kernel_takes_the_session_workers_with_it(kernel):
+    pids = open_session(kernel)
+    os.kill(kernel.pid, signal.SIGKILL)
+    assert wait_until(lambda: not alive(pids), timeout=5.0), f"left running: {alive(pids)}"
