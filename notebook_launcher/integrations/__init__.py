@@ -198,14 +198,11 @@ def _printed_progress(module: Any) -> None:
 
 
 def _refuse_accelerate_beside_ours(module: Any) -> None:
-    def make(original: Any) -> Any:
-        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            mixing.check_accelerate_may_start()
-            original(self, *args, **kwargs)
+    def __init__(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
+        mixing.check_accelerate_may_start()
+        wrapped(*args, **kwargs)
 
-        return __init__
-
-    hooks.wrap_method(module.AcceleratorState, "__init__", make)
+    hooks.wrap_method(module.AcceleratorState, "__init__", __init__)
 
 
 def _add_trainer_callback(module: Any) -> None:
@@ -220,17 +217,14 @@ def _append_after_init(owner: type, attribute: str, adapter: Any) -> None:
     ``self.<attribute>`` unless one is there (the adapter class is imported at that moment,
     when the library has finished importing)."""
 
-    def make(original: Any) -> Any:
-        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            original(self, *args, **kwargs)
-            kind = adapter()
-            items = getattr(self, attribute)
-            if not any(isinstance(item, kind) for item in items):
-                items.append(kind())
+    def __init__(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
+        wrapped(*args, **kwargs)
+        kind = adapter()
+        items = getattr(instance, attribute)
+        if not any(isinstance(item, kind) for item in items):
+            items.append(kind())
 
-        return __init__
-
-    hooks.wrap_method(owner, "__init__", make)
+    hooks.wrap_method(owner, "__init__", __init__)
 
 
 def _notebook_logger() -> type:
@@ -263,15 +257,12 @@ def _wrap_lightning_init(owner: type, after: Any = None) -> None:
     """Wrap ``owner.__init__`` (a ``Fabric`` or a ``Trainer``): a forking strategy runs as
     "ddp", and ``after(self)`` runs once the object is made."""
 
-    def make(original: Any) -> Any:
-        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            original(self, *args, **_launched_strategy(kwargs))
-            if after is not None:
-                after(self)
+    def __init__(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
+        wrapped(*args, **_launched_strategy(kwargs))
+        if after is not None:
+            after(instance)
 
-        return __init__
-
-    hooks.wrap_method(owner, "__init__", make)
+    hooks.wrap_method(owner, "__init__", __init__)
 
 
 def _fabric_strategy_only(module: Any) -> None:

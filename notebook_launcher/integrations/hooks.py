@@ -1,26 +1,29 @@
 """Run code once a module is imported (at once if it already is), and wrap methods reversibly.
 
-The integrations use these inside a launched worker only: a finder placed first on
-``sys.meta_path`` answers for the few module names something waits for (and for no other), lets
-the usual finders locate the module, and runs the waiting callbacks right after the module's own
-code. The module keeps its own loader and spec. Wrapped functions keep the original as
-``__wrapped__`` and :func:`undo` puts every original back.
+The integrations use these inside a launched worker only, on top of wrapt:
+:func:`when_imported` is a wrapt post-import hook (wrapt's finder on ``sys.meta_path`` answers
+for the awaited module names only, and the module keeps its own loader and spec), and
+:func:`wrap_method` puts a ``wrapt.FunctionWrapper`` in place of a method or a function (the
+original stays reachable as ``__wrapped__``). Added here: a failing callback warns instead of
+breaking the user's import, nothing is replaced twice, and :func:`undo` puts every original back
+and disarms the callbacks still waiting (wrapt cannot unregister a hook).
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.abc
-import sys
 import threading
 import warnings
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-_pending: dict[str, list[Callable[[ModuleType], None]]] = {}
+import wrapt
+
+Wrapper = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
+
 _wrapped: list[tuple[Any, str, Any]] = []
 _lock = threading.RLock()
+_generation = 0  # undo() moves it on: callbacks registered before then no longer run
 
 
 def _run(name: str, callback: Callable[[ModuleType], None], module: ModuleType) -> None:
@@ -36,51 +39,6 @@ def _run(name: str, callback: Callable[[ModuleType], None], module: ModuleType) 
         )
 
 
-class _Loader(importlib.abc.Loader):
-    """Executes the module with its own loader, then runs what waits for it."""
-
-    def __init__(self, loader: Any) -> None:
-        self._loader = loader
-
-    def create_module(self, spec: Any) -> ModuleType | None:
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        module.__loader__ = module.__spec__.loader = self._loader  # the module keeps its own
-        self._loader.exec_module(module)
-        with _lock:
-            callbacks = _pending.pop(module.__name__, [])
-        for callback in callbacks:
-            _run(module.__name__, callback, module)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Answers only for the modules something waits for, with the spec the other finders give."""
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname not in _pending:
-            return None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if finder is self or find is None:
-                continue
-            spec = find(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return None  # a namespace package or an old-style loader: nothing to wrap
-        spec.loader = _Loader(spec.loader)
-        return spec
-
-
-_finder = _Finder()
-
-
 def when_imported(name: str, callback: Callable[[ModuleType], None]) -> None:
     """Call ``callback(module)`` once the module ``name`` is imported; now if it already is.
 
@@ -91,21 +49,19 @@ def when_imported(name: str, callback: Callable[[ModuleType], None]) -> None:
         raise TypeError(f"name={name!r} is not valid: expected a module name")
     if not callable(callback):
         raise TypeError(f"callback={callback!r} is not valid: expected a callable")
-    with _lock:
-        module = sys.modules.get(name)
-        if module is None:
-            _pending.setdefault(name, []).append(callback)
-            if _finder not in sys.meta_path:
-                sys.meta_path.insert(0, _finder)
-            return
-    _run(name, callback, module)
+    generation = _generation
+
+    def hook(module: ModuleType) -> None:
+        if generation == _generation:
+            _run(name, callback, module)
+
+    wrapt.register_post_import_hook(hook, name)
 
 
-def wrap_method(owner: Any, name: str, make: Callable[[Any], Callable[..., Any]]) -> bool:
-    """Replace ``owner.name`` (a class's method or a module's function) by ``make(original)``;
-    False (and nothing done) if already replaced."""
-    original = owner.__dict__[name]
-    return replace(owner, name, functools.wraps(original)(make(original)))
+def wrap_method(owner: Any, name: str, wrapper: Wrapper) -> bool:
+    """Wrap ``owner.name`` (a class's method or a module's function) with wrapt's
+    ``wrapper(wrapped, instance, args, kwargs)``; False (and nothing done) if already replaced."""
+    return replace(owner, name, wrapt.FunctionWrapper(owner.__dict__[name], wrapper))
 
 
 _ABSENT = object()  # what an owner that did not define the name itself had (undo deletes it)
@@ -122,11 +78,10 @@ def replace(owner: Any, name: str, value: Any) -> bool:
 
 
 def undo() -> None:
-    """Forget every waiting callback, remove the finder and put every wrapped method back."""
+    """Disarm every waiting callback and put every wrapped method back."""
+    global _generation
     with _lock:
-        _pending.clear()
-        if _finder in sys.meta_path:
-            sys.meta_path.remove(_finder)
+        _generation += 1
         while _wrapped:
             owner, name, original = _wrapped.pop()
             if original is _ABSENT:

@@ -120,17 +120,14 @@ def _plain(description: Any) -> str | None:
 def progress_in_panel(module: Any) -> None:
     """Show each ``module.Progress`` (``rich.progress``) in the panel once it has a task."""
 
-    def make(original: Any) -> Any:
-        def add_task(self: Any, *args: Any, **kwargs: Any) -> Any:
-            task_id = original(self, *args, **kwargs)
-            shown = live.shown_progress()
-            if isinstance(shown, RichProgress) and shown.progress is self:
-                return task_id
-            if isinstance(shown, live.Progress) and not shown.closed:
-                return task_id  # an explicit notebook_launcher.progress keeps the column
-            live.show_progress(RichProgress(self, shown))
+    def add_task(wrapped: Any, progress: Any, args: Any, kwargs: Any) -> Any:
+        task_id = wrapped(*args, **kwargs)
+        shown = live.shown_progress()
+        if isinstance(shown, RichProgress) and shown.progress is progress:
             return task_id
+        if isinstance(shown, live.Progress) and not shown.closed:
+            return task_id  # an explicit notebook_launcher.progress keeps the column
+        live.show_progress(RichProgress(progress, shown))
+        return task_id
 
-        return add_task
-
-    hooks.wrap_method(module.Progress, "add_task", make)
+    hooks.wrap_method(module.Progress, "add_task", add_task)

@@ -26,15 +26,12 @@ def install(module: Any) -> None:
     """Make ``module.destroy_process_group`` (``torch.distributed.distributed_c10d``) settle first
     once DDP was used, and ``torch.distributed.destroy_process_group`` with it."""
 
-    def make(original: Any) -> Any:
-        def destroy_process_group(group: Any = None) -> None:
-            if _ddp_built:
-                time.sleep(SETTLE)  # sleeping releases the GIL
-            original(group)
+    def destroy_process_group(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
+        if _ddp_built:
+            time.sleep(SETTLE)  # sleeping releases the GIL
+        wrapped(*args, **kwargs)
 
-        return destroy_process_group
-
-    if not hooks.wrap_method(module, "destroy_process_group", make):
+    if not hooks.wrap_method(module, "destroy_process_group", destroy_process_group):
         return
     import torch.distributed as dist
 
@@ -46,12 +43,9 @@ def install(module: Any) -> None:
 def _watch_ddp(module: Any) -> None:
     """Note when the worker builds a ``DistributedDataParallel`` model (subclasses included)."""
 
-    def make(original: Any) -> Any:
-        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            global _ddp_built
-            _ddp_built = True
-            original(self, *args, **kwargs)
+    def __init__(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
+        global _ddp_built
+        _ddp_built = True
+        wrapped(*args, **kwargs)
 
-        return __init__
-
-    hooks.wrap_method(module.DistributedDataParallel, "__init__", make)
+    hooks.wrap_method(module.DistributedDataParallel, "__init__", __init__)

@@ -51,20 +51,16 @@ class TqdmProgress(NestedBar):
 def show_in_panel(module: Any) -> None:
     """Make every bar of ``module.tqdm`` (``tqdm.std``, and its subclasses) show in the panel."""
 
-    def make(original: Any) -> Any:
-        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            # Bound as Python binds it: tqdm's own __init__ need not be a plain function.
-            original.__get__(self, type(self))(*args, **kwargs)
-            if getattr(self, "disable", True):
-                return
-            shown = live.shown_progress()
-            if isinstance(shown, live.Progress) and not shown.closed:
-                return  # an explicit notebook_launcher.progress (or an adapter's) keeps the column
-            live.show_progress(TqdmProgress(self, shown))
+    def __init__(wrapped: Any, bar: Any, args: Any, kwargs: Any) -> None:
+        wrapped(*args, **kwargs)
+        if getattr(bar, "disable", True):
+            return
+        shown = live.shown_progress()
+        if isinstance(shown, live.Progress) and not shown.closed:
+            return  # an explicit notebook_launcher.progress (or an adapter's) keeps the column
+        live.show_progress(TqdmProgress(bar, shown))
 
-        return __init__
-
-    hooks.wrap_method(module.tqdm, "__init__", make)
+    hooks.wrap_method(module.tqdm, "__init__", __init__)
 
 
 def text_bars(module: Any) -> None:

@@ -88,7 +88,7 @@ def test_a_callback_runs_once_the_module_is_imported_and_the_module_keeps_its_lo
 ):
     seen = []
     hooks.when_imported(probe_package, seen.append)
-    assert seen == [] and hooks._finder in sys.meta_path
+    assert seen == []
     core = importlib.import_module(probe_package)
 
     assert seen == [core]
@@ -102,22 +102,32 @@ def test_a_callback_runs_once_the_module_is_imported_and_the_module_keeps_its_lo
 def test_wrapped_methods_are_put_back_and_a_failing_callback_only_warns(probe_package):
     core = importlib.import_module(probe_package)
 
-    def make(original):
-        def __init__(self):
-            original(self)
-            self.n += 10
-
-        return __init__
+    def __init__(wrapped, instance, args, kwargs):
+        wrapped(*args, **kwargs)
+        instance.n += 10
 
     original = core.Thing.__init__
-    assert hooks.wrap_method(core.Thing, "__init__", make)
-    assert not hooks.wrap_method(core.Thing, "__init__", make)  # never twice
+    assert hooks.wrap_method(core.Thing, "__init__", __init__)
+    assert not hooks.wrap_method(core.Thing, "__init__", __init__)  # never twice
     assert core.Thing().n == 11 and core.Thing.__init__.__wrapped__ is original
+    special = type(
+        "Special", (core.Thing,), {"__init__": lambda self: super(special, self).__init__()}
+    )
+    assert special().n == 11  # a subclass's super().__init__() goes through the wrapper too
     with pytest.warns(RuntimeWarning, match="could not set up its integration with"):
         hooks.when_imported(probe_package, lambda module: 1 / 0)
     hooks.undo()
     assert core.Thing.__init__ is original and core.Thing().n == 1
-    assert hooks._finder not in sys.meta_path
+
+
+def test_undo_disarms_the_callbacks_still_waiting(probe_package):
+    seen = []
+    hooks.when_imported(probe_package, seen.append)
+    hooks.undo()
+    importlib.import_module(probe_package)
+    assert seen == []
+    hooks.when_imported(probe_package, seen.append)  # registered after undo: runs
+    assert len(seen) == 1
 
 
 def test_an_attribute_a_class_only_inherits_is_removed_again_on_undo(probe_package):
