@@ -338,7 +338,7 @@ class Session:
                 self._calls += 1
                 plan = self._plan
                 supervisor = CallSupervisor(group, plan, self._calls)
-                if self.settings.ui != "none":
+                if self.settings.ui != "none" and kind in (protocol.RUN, protocol.EXEC):
                     view = create_view(self.settings.ui, plan.num_processes, plan.output)
                 group.listeners = (supervisor.on_event, *((view,) if view else ()))
                 started = time.monotonic()
@@ -349,8 +349,9 @@ class Session:
                     group.apply(handle, WorkerStarted(handle.rank, handle.pid, time.time()))
                 command = Command(kind, self._calls, body).to_bytes()
                 try:
-                    for handle in group.handles:
-                        handle.commands.send_bytes(command)
+                    with interrupts_deferred():  # a command is written whole or not at all
+                        for handle in group.handles:
+                            handle.commands.send_bytes(command)
                     payloads = supervisor.run_call(deadline)
                 except KeyboardInterrupt:
                     with interrupts_deferred():

@@ -25,6 +25,7 @@ from ..protocol.status import RankStatus
 from .errors import RemoteTraceback, SessionBrokenError, add_note, failure_to_raise
 from .group import WorkerGroup
 from .plan import LaunchPlan
+from .signals import InterruptFlag, interrupts_noted
 from .stacks import where_ranks_were
 from .supervisor import Supervisor, failure_order
 from .watchdogs import TimeoutWatchdog, Verdict
@@ -80,9 +81,17 @@ class CallSupervisor(Supervisor):
     def run_call(self, deadline: float | None) -> list[results.Received | None]:
         """Supervise until every rank ended the call (their results, in rank order) or raise
         what went wrong, the call having been stopped on every rank."""
+        with interrupts_noted() as interrupted:  # acted on between reads, never inside one
+            return self._run_call(deadline, interrupted)
+
+    def _run_call(
+        self, deadline: float | None, interrupted: InterruptFlag
+    ) -> list[results.Received | None]:
         group = self.group
         watchdogs = [TimeoutWatchdog(group, deadline), *self.watchdogs]
         while True:
+            if interrupted.is_set():
+                raise KeyboardInterrupt
             dead = [h for h in self.handles if h.exited]
             if dead:
                 raise self._died(dead[0])
