@@ -78,7 +78,7 @@ def accumulation_plugin(steps: Any, plugin: Any) -> GradientAccumulationPlugin:
     return GradientAccumulationPlugin(num_steps=steps)
 
 
-def check_rng_types(rng_types: Any) -> list[str]:
+def accelerator_rng_types(rng_types: Any) -> list[str]:
     """The generators synchronised at each epoch (default ``["generator"]``), checked as the
     data loaders check them."""
     checked = check_loader_rng_types(rng_types)

@@ -12,8 +12,7 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from .. import ops
-from ..ops.saving import check_path as _check_path
-from ..utils.validation import check_bool, invalid
+from ..utils.validation import check_bool, check_path, invalid
 from .configurations import ProjectConfiguration
 from .files import (
     TrainingObjects,
@@ -164,7 +163,7 @@ class Checkpoints:
                 output_dir,
                 "pass a directory (or set project_config's automatic_checkpoint_naming)",
             )
-        output_dir = _check_path("output_dir", output_dir)
+        output_dir = check_path("output_dir", output_dir)
         objects = self._objects()
         models = self.prepared.models
         if self._save_hooks:
@@ -216,7 +215,7 @@ class Checkpoints:
             config.iteration = int(os.path.basename(input_dir).split("_")[1]) + 1
         if load_kwargs is not None and not isinstance(load_kwargs, dict):
             raise invalid("load_kwargs", load_kwargs, "expected a dict or None", TypeError)
-        input_dir = _check_path("input_dir", input_dir)
+        input_dir = check_path("input_dir", input_dir)
         if not os.path.isdir(input_dir):
             raise FileNotFoundError(f"input_dir={input_dir!r} is not a checkpoint directory")
         objects = self._objects()
@@ -295,7 +294,7 @@ class Checkpoints:
         """
         if not isinstance(model, torch.nn.Module):
             raise invalid("model", type(model).__name__, "expected a torch.nn.Module", TypeError)
-        directory = _check_path("save_directory", save_directory)
+        directory = check_path("save_directory", save_directory)
         max_bytes = parse_shard_size(max_shard_size)
         check_bool("safe_serialization", safe_serialization)
         if os.path.isfile(directory):

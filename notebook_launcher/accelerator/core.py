@@ -29,10 +29,10 @@ from ..utils.dataclasses import GradientAccumulationPlugin
 from ..utils.enums import DistributedType
 from ..utils.validation import check_bool, check_int, invalid
 from .arguments import (
+    accelerator_rng_types,
     accumulation_plugin,
     check_dynamo,
     check_instance,
-    check_rng_types,
     read_handlers,
 )
 from .checkpoints import Checkpoints
@@ -185,7 +185,7 @@ class Accelerator:
         self.gradient_state = GradientState(
             accumulation_plugin(gradient_accumulation_steps, gradient_accumulation_plugin)
         )
-        self.rng_types = check_rng_types(rng_types)
+        self.rng_types = accelerator_rng_types(rng_types)
         self.log_with = add_notebook_tracker(resolve_trackers(log_with, self.logging_dir))
         # The parts, each with one job, sharing what was prepared.
         self._prepared = Prepared()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..utils.enums import MIXED_PRECISION_CHOICES
-from ..utils.validation import check_choice, invalid
+from ..utils.validation import check_choice, check_path
 from . import detect_backend
 
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
@@ -22,14 +22,8 @@ hf_cache_home = os.path.expanduser(
 default_config_file = os.path.join(hf_cache_home, "accelerate", "default_config.yaml")
 
 
-def _check_path(name: str, value: object) -> Path:
-    allowed = "expected a path (str or os.PathLike) ending in .json, .yaml or .yml"
-    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
-        raise invalid(name, value, allowed, TypeError)
-    path = Path(os.fspath(value)).expanduser()
-    if path.suffix.lower() not in CONFIG_SUFFIXES:
-        raise invalid(name, value, allowed)
-    return path
+def _config_path(name: str, value: object) -> Path:
+    return Path(check_path(name, value, CONFIG_SUFFIXES)).expanduser()
 
 
 def machine_config(mixed_precision: str = "no") -> dict[str, Any]:
@@ -76,7 +70,7 @@ def write_basic_config(mixed_precision: str = "no", save_location: str = default
         TypeError, ValueError: a bad ``mixed_precision`` or ``save_location``, naming it.
     """
     precision = check_choice("mixed_precision", mixed_precision, MIXED_PRECISION_CHOICES, str.lower)
-    path = _check_path("save_location", save_location)
+    path = _config_path("save_location", save_location)
     if path.exists():
         print(
             f"Configuration already exists at {save_location}, will not override it. Remove it "
@@ -99,7 +93,7 @@ def load_config(path: str | os.PathLike) -> dict[str, Any]:
         FileNotFoundError: no such file.
         ValueError: the file is not a configuration mapping, naming the file and the problem.
     """
-    file = _check_path("path", path)
+    file = _config_path("path", path)
     text = file.read_text(encoding="utf-8")
     if file.suffix.lower() == ".json" or text.lstrip().startswith("{"):
         try:

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ..state.partial import PartialState
-from ..utils.validation import check_bool, invalid
+from ..utils.validation import check_bool, check_path, invalid
 from .debug import brief
 
 OFFLOAD_INDEX = "index.json"
@@ -28,13 +28,6 @@ _RAW_DTYPES = {
     torch.complex64,
     torch.complex128,
 }
-
-
-def check_path(name: str, value: Any) -> str:
-    """``value`` as a str path, if it is a str or an ``os.PathLike``."""
-    if not isinstance(value, (str, os.PathLike)):
-        raise invalid(name, value, "expected a path (str or os.PathLike)", TypeError)
-    return os.fspath(value)
 
 
 def _check_state_dict(state_dict: Any) -> Mapping[str, torch.Tensor]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import reprlib
 from collections.abc import Iterable
 from typing import Any
@@ -81,6 +82,20 @@ def check_choice(name: str, value: object, choices: Iterable[str], normalize=Non
         allowed = "allowed values are " + ", ".join(repr(c) for c in options)
         raise invalid(name, value, allowed, TypeError if wrong_type else ValueError)
     return key
+
+
+def check_path(name: str, value: Any, suffixes: tuple[str, ...] = ()) -> str:
+    """``value`` as a str path, if it is a non-empty str or ``os.PathLike`` (ending in one of
+    ``suffixes``, compared without case, when given)."""
+    allowed = "expected a path (str or os.PathLike)"
+    if suffixes:
+        allowed += " ending in " + ", ".join(suffixes[:-1]) + " or " + suffixes[-1]
+    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
+        raise invalid(name, value, allowed, TypeError)
+    path = os.fspath(value)
+    if suffixes and not path.lower().endswith(tuple(s.lower() for s in suffixes)):
+        raise invalid(name, value, allowed)
+    return path
 
 
 def check_optional_str(name: str, value: Any) -> str | None:
