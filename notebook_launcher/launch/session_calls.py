@@ -121,6 +121,9 @@ class CallSupervisor(Supervisor):
             self.settle("interrupted", (), requested=True)
             return KeyboardInterrupt(interrupted_text(self.broken))
         self.settle(f"rank {primary.rank} failed", (primary.rank,))
+        dead = [h for h in self.handles if h.exited]
+        if dead:  # a peer's death, seen after the connection error it caused here
+            return self._died(dead[0])
         failure = dataclasses.replace(self._describe(primary), call=self.call)
         stopped = tuple(h.rank for h in self.handles if h.status == RankStatus.STOPPED)
         return failure_to_raise(failure, stopped)
