@@ -146,16 +146,20 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked_child)
 
 
-def flush() -> None:
-    """Send everything this worker logged so far and stop tracking.
+def flush(stop: bool = True) -> None:
+    """Send everything this worker logged so far; with ``stop``, stop tracking too.
 
-    The worker bootstrap calls this before it reports the function's result or failure.
+    The worker bootstrap calls this before it reports the function's result or failure; a
+    session's worker after each call, without stopping (the next call logs again).
     """
     global _tracker
     tracker = _tracker
     if isinstance(tracker, _Tracker):
-        _tracker = _OFF
-        tracker.close()
+        if stop:
+            _tracker = _OFF
+            tracker.close()
+        else:
+            tracker.send()
 
 
 def _number(name: str, value: Any) -> float:

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import shlex
+import sys
 from typing import Any
 
 from .launch.session import Session
@@ -96,10 +97,23 @@ def _cell(ipython: Any, line: str, cell: str) -> Any:
     # The body starts on the cell's second line; named as IPython names the cell, so that
     # tracebacks say "Cell In[7], line 3".
     source = "\n" + cell
-    filename = ipython.compile.cache(source, ipython.execution_count)
+    filename = ipython.compile.cache(source, _cell_number(ipython))
     result = session.exec(source, timeout=options.get("timeout"), filename=filename)
     values = result.values
     return None if all(v is None for v in values) else values
+
+
+def _cell_number(ipython: Any) -> int:
+    """The number IPython gave the running cell (its ``In[N]``): the one it filed the code of
+    the frame calling the magic under (``execution_count`` may already count the next cell)."""
+    numbers = getattr(ipython.compile, "_filename_map", {})
+    frame = sys._getframe(1)
+    while frame is not None:
+        number = numbers.get(frame.f_code.co_filename)
+        if number is not None:
+            return number
+        frame = frame.f_back
+    return ipython.execution_count
 
 
 def _line(ipython: Any, line: str) -> Any:

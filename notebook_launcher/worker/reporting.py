@@ -33,11 +33,11 @@ def result_event(rank: int, value: Any, owner_pid: int) -> WorkerFinished:
     return WorkerFinished(rank=rank, payload=payload, time=time.time())
 
 
-def send_live() -> None:
+def send_live(stop: bool = True) -> None:
     """Send what the function logged (metrics, progress, status) ahead of its last event, so the
-    kernel holds every value a rank logged before it returned."""
+    kernel holds every value a rank logged before it returned (``stop``: and stop tracking)."""
     try:
-        live.flush()
+        live.flush(stop)
     except Exception:  # a broken pipe: the last event will fail to send as well
         pass
 

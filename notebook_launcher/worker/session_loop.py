@@ -97,7 +97,7 @@ def serve() -> None:
             else:
                 event = failure_event(rank, exc)
             del exc  # its traceback holds the command's frames
-        send_live()
+        send_live(stop=False)  # the next call logs again
         flush_streams()
         channel.send(event)
         channel.send(RankIdle(rank, command.call, _position(state)))

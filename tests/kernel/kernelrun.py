@@ -69,8 +69,8 @@ class Kernel:
         self.pid = kernel_pid(self.km)
         self.watched: list[int] = []  # worker pids a test saw; killed at close if still alive
 
-    def execute(self, code: str, timeout: float) -> Cell:
-        return execute(self.kc, code, timeout)
+    def execute(self, code: str, timeout: float, store_history: bool = False) -> Cell:
+        return execute(self.kc, code, timeout, store_history)
 
     def start(self, code: str) -> Cell:
         return start(self.kc, code)
@@ -230,18 +230,19 @@ class Cell:
         return "\n".join(p for p in parts if p)
 
 
-def start(kc, code: str) -> Cell:
-    """Send ``code`` for execution and return the cell, without waiting for it."""
-    msg_id = kc.execute(code, store_history=False)
+def start(kc, code: str, store_history: bool = False) -> Cell:
+    """Send ``code`` for execution and return the cell, without waiting for it
+    (``store_history``: numbered ``In[N]`` as a notebook's cells are)."""
+    msg_id = kc.execute(code, store_history=store_history)
     return Cell(kc, msg_id, time.monotonic())
 
 
-def execute(kc, code: str, timeout: float) -> Cell:
+def execute(kc, code: str, timeout: float, store_history: bool = False) -> Cell:
     """Run ``code`` in the kernel and collect its IOPub messages until the kernel is idle.
 
     The returned cell's ``messages`` are that cell's IOPub messages (status busy, execute_input,
     stream, execute_result/error, status idle), in arrival order.
     """
-    cell = start(kc, code)
+    cell = start(kc, code, store_history)
     cell.finish(timeout)
     return cell

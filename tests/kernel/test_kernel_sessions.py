@@ -75,12 +75,15 @@ def test_an_error_on_rank_1_raises_its_type_in_the_cell_and_state_survives(kerne
     failed = kernel.execute(
         "%%distributed\nif rank == 1:\n    raise ValueError('bad batch')\ndist.barrier()\n",
         timeout=60,
+        store_history=True,  # numbered as a notebook's cells are: In[N]
     )
     error = failed.error()
     assert error is not None and error["ename"] == "ValueError", failed.output()
     shown = failed.traceback()
     assert "rank 1" in shown
-    assert re.search(r"Cell In\[\d+\], line 3", shown), shown  # the raise, in cell lines
+    # The raise, in the cell's own numbering and lines, as the kernel's frame names the cell.
+    (number,) = set(re.findall(r"Cell In\[(\d+)\], line 1, in <module>", shown))
+    assert f"Cell In[{number}], line 3" in shown, shown
     after = kernel.execute("%%distributed\nweights.sum().item()\n", timeout=60)
     assert after.error() is None, after.output()
     assert after.result() == "[0.0, 3.0]"
@@ -156,3 +159,33 @@ def test_a_killed_kernel_takes_the_session_workers_with_it(kernel):
     pids = open_session(kernel)
     os.kill(kernel.pid, signal.SIGKILL)
     assert wait_until(lambda: not alive(pids), timeout=5.0), f"left running: {alive(pids)}"
+
+
+def test_each_cell_leaves_its_own_final_panel_with_the_metrics_it_logged(kernel):
+    pids = open_session(kernel)
+    for metric in ("loss", "accuracy"):  # every cell's panel has that cell's metrics
+        cell = kernel.execute(
+            "%%distributed\n"
+            "from notebook_launcher import log\n"
+            "for step in range(3):\n"
+            f"    log({{'{metric}': 1.0 / (step + 1) + rank}}, step=step)\n",
+            timeout=60,
+        )
+        assert cell.error() is None, cell.output()
+        kept = [m for m in cell.of_type("display_data") if "text/html" in m["content"]["data"]]
+        assert len(kept) == 1, cell.output()
+        shown = kept[0]["content"]["data"]["text/html"]
+        assert f'data-metric="{metric}"' in shown, shown
+        assert 'data-rank="0" data-state="finished"' in shown
+        assert 'data-rank="1" data-state="finished"' in shown
+    failed = kernel.execute("%%distributed\nassert rank == 0, 'not rank 0'\n", timeout=60)
+    assert failed.error()["ename"] == "AssertionError"
+    (panel,) = [m for m in failed.of_type("display_data") if "text/html" in m["content"]["data"]]
+    assert 'data-rank="1" data-state="failed"' in panel["content"]["data"]["text/html"]
+    close_session(kernel, pids)
+
+
+def test_a_kernel_shut_down_with_a_session_open_leaves_no_worker(kernel):
+    pids = open_session(kernel)
+    kernel.km.shutdown_kernel(now=False)  # a polite shutdown: the session closes at exit
+    assert wait_until(lambda: not alive(pids), timeout=10.0), f"left running: {alive(pids)}"
