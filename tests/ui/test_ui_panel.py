@@ -94,3 +94,58 @@ def test_bad_settings_are_refused_by_name(comms, kwargs, error, match):
     arguments = {"function": train, "num_processes": 1, "max_processes": 2, **kwargs}
     with pytest.raises(error, match=match):
         LaunchPanel(**arguments)
+
+
+def test_the_view_runs_on_what_it_is_given_without_the_launcher(comms):
+    """ui/config_panel takes its choices as data and plans and starts through callables."""
+    from types import SimpleNamespace
+
+    from notebook_launcher.ui.config_panel import SETTINGS, ConfigPanel
+
+    planned, started = [], []
+
+    def plan(values):
+        planned.append(values)
+        if values["timeout"] is not None and values["timeout"] < 0:
+            raise ValueError("timeout is negative")
+        fields = {name: values[name] for name in SETTINGS if name != "num_processes"}
+        return SimpleNamespace(
+            **fields,
+            world_size=values["num_processes"],
+            num_processes=values["num_processes"],
+            device="abacus",
+            master_addr="127.0.0.1",
+            requested_port=0,
+            threads_per_process=1,
+        )
+
+    def start(values):
+        started.append(values)
+        raise RuntimeError("no workers here\nsecond line")
+
+    values = dict.fromkeys(SETTINGS, None) | {"num_processes": 2, "output": "b"}
+    values |= {"mixed_precision": "x", "start_method": "y"}
+    view = ConfigPanel(
+        "fit",
+        values,
+        {"mixed_precision": ["x"], "start_method": ["y"], "output": ["a", "b"]},
+        3,
+        plan=plan,
+        backend=lambda device: f"{device}-group",
+        start=start,
+    )
+    assert view.num_processes.max == 3 and view.timeout.value == 0.0
+    assert planned[-1] == values  # 0 read back as None
+    for part in ("abacus × 2", "abacus-group", "any free port", "<td>none</td>"):
+        assert part in view.plan.value, part
+    view.timeout.value = -1
+    assert "timeout is negative" in view.plan.value
+    view.timeout.value = 5
+    view.output.value = "a"
+    assert view.values()["timeout"] == 5.0 and "<td>5 s</td>" in view.plan.value
+    assert view.launch() is None and view.handle is None and not view.running
+    assert started == [view.values()]
+    assert "RuntimeError: no workers here<" in view.message.value
+    assert view.stop() is True  # nothing to stop
+    shown = view.static_html(SimpleNamespace(**view.values()))
+    assert '<code>fit</code><table class="nl-settings"' in shown and "<td>5 s</td>" in shown
