@@ -126,6 +126,7 @@ class Session:
         self._rendezvous: Any = None
         self._claimed = False
         self._starts = 0  # each start has its own watcher thread, which ends with it
+        self._ending: threading.Thread | None = None  # stopping a broken session's workers
         self._start()
 
     # -- what users call --------------------------------------------------------------------
@@ -294,10 +295,17 @@ class Session:
         """Let the workers leave (``graceful``: they are told to close and given time to; else
         they are stopped at once), stop the rest, release the store and the kernel."""
         self._idle.clear()
+        ending, self._ending = self._ending, None
+        if ending is not None:  # a broken session's workers being stopped: let that finish
+            ending.join()
         group, self._group = self._group, None
+        self._release(group, reason, graceful and self._state == "alive")
+        self._state = "closed"
+
+    def _release(self, group: WorkerGroup | None, reason: str, graceful: bool) -> None:
         with interrupts_deferred():
             if group is not None:
-                if graceful and self._state == "alive":
+                if graceful:
                     _say_close(group)
                     group.await_exits([h for h in group.handles if not h.exited], CLOSE_WAIT)
                 group.listeners = ()
@@ -308,12 +316,21 @@ class Session:
             if self._claimed:
                 self._claimed = False
                 exclusive.release()
-        self._state = "closed"
 
     def _break(self, why: str) -> None:
-        """A rank died or the group could not be formed again: stop every worker."""
-        self._end(f"the session broke: {why}", graceful=False)
+        """A rank died or the group could not be formed again: the session is broken at once,
+        and its other workers are stopped (with their stop grace) in the background, so the
+        error is raised without waiting for them; restart() and close() wait for it."""
+        self._idle.clear()
+        group, self._group = self._group, None
         self._state, self._broken = "broken", why
+        self._ending = threading.Thread(
+            target=self._release,
+            args=(group, f"the session broke: {why}", False),
+            name="notebook_launcher-session-stop",
+            daemon=True,
+        )
+        self._ending.start()
 
     # -- calls ------------------------------------------------------------------------------
 

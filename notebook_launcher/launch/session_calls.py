@@ -30,7 +30,7 @@ from .stacks import where_ranks_were
 from .supervisor import Supervisor, failure_order
 from .watchdogs import TimeoutWatchdog, Verdict
 
-SETTLE = 1.0  # seconds the other ranks get to end a failed call before the group is re-formed
+SETTLE = 0.3  # seconds the other ranks get to end a failed call before the group is re-formed
 REFORM_LIMIT = 150.0  # seconds every rank has to join the re-formed group
 INTERRUPTED_TYPE = "notebook_launcher.worker.session_loop.CellInterrupted"
 REFORMED_NOTE = (
