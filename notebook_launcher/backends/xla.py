@@ -214,6 +214,7 @@ class XlaCommunicator(Communicator):
 
         self._state = state
         self._backend = state.device_backend
+        self._group = None  # XLA's collectives go through no process group
         self._xm = xm
         self.device = state.device
         self.rank = state.process_index
