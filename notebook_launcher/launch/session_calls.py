@@ -20,7 +20,7 @@ from ..protocol import results
 from ..protocol import session as protocol
 from ..protocol.events import WorkerStopped
 from ..protocol.failure import looks_secondary
-from ..protocol.session import Command, RankBusy, RankIdle
+from ..protocol.session import CellInterrupted, Command, RankBusy, RankIdle
 from ..protocol.status import RankStatus
 from .errors import RemoteTraceback, SessionBrokenError, add_note, failure_to_raise
 from .group import WorkerGroup
@@ -32,7 +32,6 @@ from .watchdogs import TimeoutWatchdog, Verdict
 
 SETTLE = 0.3  # seconds the other ranks get to end a failed call before the group is re-formed
 REFORM_LIMIT = 150.0  # seconds every rank has to join the re-formed group
-INTERRUPTED_TYPE = "notebook_launcher.worker.session_loop.CellInterrupted"
 REFORMED_NOTE = (
     "The process group was formed again (a rank was stopped inside a collective): every rank "
     "kept its namespace, but models wrapped for the old group (DistributedDataParallel, "
@@ -116,7 +115,7 @@ class CallSupervisor(Supervisor):
         primary = min(failed, key=failure_order)
         if primary.exited:
             return self._died(primary)
-        if primary.failed is not None and primary.failed.exc_type == INTERRUPTED_TYPE:
+        if primary.failed is not None and primary.failed.exc_type == CellInterrupted.type_name():
             # The interrupt reached the workers before the kernel's own KeyboardInterrupt.
             self.settle("interrupted", (), requested=True)
             return KeyboardInterrupt(interrupted_text(self.broken))

@@ -18,7 +18,19 @@ PULL = "pull"  # body: cloudpickled name
 REFORM = "reform"  # re-form the process group (body: nothing); answered by RankIdle(reformed)
 CLOSE = "close"  # leave the loop; the process then exits as after a launch
 KINDS = (RUN, EXEC, PUSH, PULL, REFORM, CLOSE)
-INTERRUPTED = "the cell was interrupted"  # what a rank's KeyboardInterrupt says
+
+
+class CellInterrupted(KeyboardInterrupt):
+    """Raised in a rank's main thread when the call it runs is interrupted (the kernel's cell was
+    interrupted, or another rank failed while this one still ran)."""
+
+    def __init__(self, message: str = "the cell was interrupted") -> None:
+        super().__init__(message)
+
+    @classmethod
+    def type_name(cls) -> str:
+        """The qualified name a failure event carries for it."""
+        return f"{cls.__module__}.{cls.__qualname__}"
 
 
 @dataclass(frozen=True)

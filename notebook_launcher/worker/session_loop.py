@@ -26,7 +26,7 @@ import cloudpickle
 
 from ..protocol import session as protocol
 from ..protocol.context import current_context
-from ..protocol.session import Command, RankBusy, RankIdle
+from ..protocol.session import CellInterrupted, Command, RankBusy, RankIdle
 from ..state import PartialState
 from .reporting import failure_event, flush_streams, result_event, send_live
 
@@ -38,11 +38,6 @@ _phase = IDLE  # SIGINT: ignored while idle, kept while taking a call, raised wh
 _pending = False  # an interrupt arrived while the call was being taken
 
 
-class CellInterrupted(KeyboardInterrupt):
-    """The command running on this rank was interrupted (the kernel's cell was interrupted, or
-    another rank failed while this one still ran)."""
-
-
 def attach(conn: Any) -> None:
     """Remember the command pipe (set up by the bootstrap before :func:`serve` runs)."""
     global _commands
@@ -52,7 +47,7 @@ def attach(conn: Any) -> None:
 def _interrupt(signum: int, frame: Any) -> None:
     global _pending
     if _phase == RUNNING:
-        raise CellInterrupted(protocol.INTERRUPTED)
+        raise CellInterrupted()
     if _phase == TAKING:
         _pending = True
 
@@ -86,7 +81,7 @@ def serve() -> None:
         try:
             _phase = RUNNING
             if _pending:
-                raise CellInterrupted(protocol.INTERRUPTED)
+                raise CellInterrupted()
             value = _perform(command, namespace)
             _phase = IDLE
             event = result_event(rank, value, os.getppid())  # the kernel owns the file
