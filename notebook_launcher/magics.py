@@ -41,9 +41,7 @@ def _options(words: list[str], allowed: tuple[str, ...]) -> tuple[dict[str, Any]
     i = 0
     while i < len(words):
         word = words[i]
-        name = {"-n": "num_processes", "--num-processes": "num_processes"}.get(word, word)
-        if word == "--timeout":
-            name = "timeout"
+        name = _OPTION_NAMES.get(word, word)
         if word.startswith("-"):
             if name not in allowed:
                 raise ValueError(
@@ -61,6 +59,8 @@ def _options(words: list[str], allowed: tuple[str, ...]) -> tuple[dict[str, Any]
 
 
 _FLAGS = {"num_processes": "-n N", "timeout": "--timeout SECONDS"}
+_SUBCOMMANDS = ("status", "start", "restart", "close", "push", "pull")
+_OPTION_NAMES = {"-n": "num_processes", "--num-processes": "num_processes", "--timeout": "timeout"}
 
 
 def _number(name: str, text: str) -> Any:
@@ -124,6 +124,10 @@ def _line(ipython: Any, line: str) -> Any:
             "pull NAME (or use %%distributed as a cell magic)"
         )
     what, words = words[0], words[1:]
+    if what not in _SUBCOMMANDS:
+        raise ValueError(
+            f"%distributed {what}: unknown; use " + ", ".join(_SUBCOMMANDS[:-1]) + " or pull"
+        )
     if what == "status":
         session = Session.current()
         print(session if session is not None else "no session is open")
@@ -159,9 +163,7 @@ def _line(ipython: Any, line: str) -> Any:
         if len(words) != 1:
             raise ValueError("%distributed pull takes one name, e.g. %distributed pull loss")
         return session.pull(words[0])
-    raise ValueError(
-        f"%distributed {what}: unknown; use status, start, restart, close, push or pull"
-    )
+    raise AssertionError(what)  # every subcommand is handled above
 
 
 def _no_more(what: str, words: list[str]) -> None:

@@ -5,7 +5,7 @@ labelled output and worker group), but the function they run is a loop
 (:mod:`notebook_launcher.worker.session_loop`) that forms the process group once and then runs
 each call the kernel sends. Each call is supervised by a :class:`.session_calls.CallSupervisor`
 with the launch's watchdogs, and gets its own panel. Between calls a thread watches the workers,
-so a rank that dies is reported within a second.
+so a rank that dies is reported within ``IDLE_CHECK`` seconds even when nothing runs.
 """
 
 from __future__ import annotations
@@ -183,6 +183,8 @@ class Session:
         with shown_as_argument_errors():
             if not isinstance(source, str):
                 raise TypeError(f"source must be a str of Python code, got {type(source).__name__}")
+            if not isinstance(filename, str):
+                raise TypeError(f"filename must be a str, got {type(filename).__name__}")
             compile(source, filename or "<session>", "exec")  # a syntax error is raised here
             if timeout is not None:
                 check_number("timeout", timeout, positive=True)
