@@ -262,3 +262,38 @@ def test_bad_calls_are_refused_with_what_was_wrong(session):
     with pytest.raises(TypeError, match=r"args\[0\]"):
         session.run(print, lock)
     assert session.exec("rank").values == [0, 1]
+
+
+TRAINING = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+features = torch.randn(64, 4)
+targets = features @ torch.tensor([1.0, -2.0, 0.5, 3.0]) + 0.1
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(features, targets), batch_size=8)
+accelerator = Accelerator(cpu=True)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+
+def epoch():
+    total = 0.0
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x).squeeze(-1), y)
+        optimizer.zero_grad()
+        accelerator.backward(loss)
+        optimizer.step()
+        total += loss.item()
+    return accelerator.reduce(torch.tensor(total), "mean").item()
+"""
+
+
+@pytest.mark.parametrize("package", ["notebook_launcher", "accelerate"])
+def test_an_accelerator_prepared_in_one_call_trains_in_the_next(session, package):
+    session.exec(f"from {package} import Accelerator\n" + TRAINING)
+    first = session.exec("epoch()").values
+    second = session.exec("epoch()").values
+    assert first[0] == first[1] and second[0] == second[1]  # reduced over the ranks
+    assert second[0] < first[0]  # the model kept training from where it was
+    weights = session.exec("[p.detach().clone() for p in model.parameters()]").values
+    assert all(torch.equal(a, b) for a, b in zip(*weights, strict=True))  # DDP kept them equal
