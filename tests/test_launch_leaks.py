@@ -62,6 +62,15 @@ MOMENTS = [
 ]
 
 
+# The same transfer from a session that stays open: its workers return the tensors to a call.
+SESSION_KERNEL = KERNEL.replace(
+    'print("launching", flush=True)\nresult = notebook_launcher(large, num_processes=2, ui="none")',
+    'session = Session(num_processes=2, ui="none")\nprint("launching", flush=True)\n'
+    "result = session.run(large)",
+).replace("import notebook_launcher", "import Session")
+SESSION_MOMENTS = [("file", 0.0), ("file", 0.08), ("file", 0.25), ("received", 0.0)]
+
+
 def free():
     return None
 
@@ -95,12 +104,12 @@ def marked(trial: str) -> list[psutil.Process]:
 class Kernel:
     """A kernel process whose lines are read in the background."""
 
-    def __init__(self) -> None:
+    def __init__(self, script: str = KERNEL) -> None:
         self.trial = uuid.uuid4().hex
         env = {**os.environ, MARKER: self.trial}
         self.stderr = tempfile.TemporaryFile()  # a pipe nobody reads could fill and block it
         self.process = subprocess.Popen(
-            [sys.executable, "-c", KERNEL],
+            [sys.executable, "-c", script],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.stderr,
@@ -300,3 +309,22 @@ def test_a_worker_whose_kernel_is_gone_keeps_its_result_in_the_pickle():
     payload = results.dumps(tensor, pid)
     assert len(payload) > tensor.nbytes
     assert files_of(pid) == {}
+
+
+@pytest.mark.timeout(600)
+def test_a_kernel_killed_while_a_session_call_returns_leaves_nothing_after_the_next_launch():
+    assert "session.run(large)" in SESSION_KERNEL and "import Session" in SESSION_KERNEL
+    kernels: list[Kernel] = []
+    in_flight = 0
+    try:
+        for event, delay in SESSION_MOMENTS:
+            kernel = Kernel(SESSION_KERNEL)
+            kernels.append(kernel)
+            in_flight += kill_at(kernel, event, delay)
+            assert not marked(kernel.trial), "a session worker outlived its killed kernel"
+        launch(free, num_processes=1, ui="none")
+        assert {k.pid: files_of(k.pid) for k in kernels if files_of(k.pid)} == {}
+        assert in_flight >= 1  # at least one kernel died with result files in /dev/shm
+    finally:
+        for kernel in kernels:
+            kernel.reap_everything()
