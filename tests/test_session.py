@@ -297,3 +297,17 @@ def test_an_accelerator_prepared_in_one_call_trains_in_the_next(session, package
     assert second[0] < first[0]  # the model kept training from where it was
     weights = session.exec("[p.detach().clone() for p in model.parameters()]").values
     assert all(torch.equal(a, b) for a, b in zip(*weights, strict=True))  # DDP kept them equal
+
+
+def test_a_quiet_rank_is_noticed_in_a_call_that_then_goes_on(capfd):
+    with Session(num_processes=2, ui="none", stall_notice=1.0, stall_timeout=None) as session:
+        session.exec(SETUP)
+        capfd.readouterr()
+        result = session.exec("if rank == 1:\n    time.sleep(4)\ndist.barrier()\nrank\n")
+        assert result.values == [0, 1]  # nothing was stopped
+        err = capfd.readouterr().err
+        assert "notebook_launcher: no rank has made progress for 1 s" in err
+        assert "rank 1 is where the job is stuck. Nothing was stopped" in err
+        # The notice is per call: a quiet spell in the next call is noticed again.
+        session.exec("if rank == 0:\n    time.sleep(3)\ndist.barrier()\n")
+        assert "rank 0 is where the job is stuck" in capfd.readouterr().err
