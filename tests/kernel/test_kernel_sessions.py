@@ -193,24 +193,24 @@ def test_a_kernel_shut_down_with_a_session_open_leaves_no_worker(kernel):
     assert wait_until(lambda: not alive(pids), timeout=10.0), f"left running: {alive(pids)}"
 
 
-@pytest.mark.parametrize(
-    ("code", "error", "words"),
-    [
-        ("%distributed", "ValueError", "needs one of: status"),
-        ("%distributed launch", "ValueError", "unknown"),
-        ("%%distributed\n1\n", "ValueError", "no session is open"),
-        ("%%distributed -x 3\n1\n", "ValueError", "'-x'"),
-        ("%%distributed -n two\n1\n", "ValueError", "'two' is not a number"),
-        ("%%distributed -n 0\n1\n", "ValueError", "num_processes"),
-        ("%%distributed -n 2 --timeout -1\n1\n", "ValueError", "timeout"),
-        ("%%distributed -n 2 extra\n1\n", "ValueError", "extra"),
-        ("%distributed pull x", "ValueError", "no session is open"),
-        ("%distributed close now", "ValueError", "no session is open"),
-    ],
-)
-def test_the_magics_refuse_bad_input_saying_what_is_allowed(kernel, code, error, words):
+REFUSED = [
+    ("%distributed", "ValueError", "needs one of: status"),
+    ("%distributed launch", "ValueError", "unknown"),
+    ("%%distributed\n1\n", "ValueError", "no session is open"),
+    ("%%distributed -x 3\n1\n", "ValueError", "'-x'"),
+    ("%%distributed -n two\n1\n", "ValueError", "'two' is not a number"),
+    ("%%distributed -n 0\n1\n", "ValueError", "num_processes"),
+    ("%%distributed -n 2 --timeout -1\n1\n", "ValueError", "timeout"),
+    ("%%distributed -n 2 extra\n1\n", "ValueError", "extra"),
+    ("%distributed pull x", "ValueError", "no session is open"),
+    ("%distributed close now", "ValueError", "no session is open"),
+]
+
+
+def test_the_magics_refuse_bad_input_saying_what_is_allowed(kernel):
     assert kernel.execute(START, timeout=30).error() is None
-    cell = kernel.execute(code, timeout=60)
-    assert cell.error() is not None and cell.error()["ename"] == error, cell.output()
-    assert words in cell.error()["evalue"], cell.error()["evalue"]
-    assert not kernel.workers()  # nothing was started
+    for code, error, words in REFUSED:  # one kernel for all: nothing is started by any
+        cell = kernel.execute(code, timeout=60)
+        assert cell.error() is not None and cell.error()["ename"] == error, (code, cell.output())
+        assert words in cell.error()["evalue"], (code, cell.error()["evalue"])
+        assert not kernel.workers(), code
