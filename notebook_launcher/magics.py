@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Callable
 from typing import Any
 
+from .launch.errors import shown_as_argument_errors
 from .launch.session import Session
 from .utils.validation import check_int, check_number
 
@@ -26,9 +28,9 @@ def load_ipython_extension(ipython: Any) -> None:
 
 def _line_or_cell(ipython: Any):
     def distributed(line: str, cell: str | None = None) -> Any:
-        if cell is None:
-            return _line(ipython, line)
-        return _cell(ipython, line, cell)
+        with shown_as_argument_errors():  # a refused input: its message, not the magic's frames
+            call = _line(ipython, line) if cell is None else _cell(ipython, line, cell)
+        return call()  # what runs on the ranks raises as a call of the session would
 
     distributed.__doc__ = __doc__
     return distributed
@@ -73,7 +75,8 @@ def _number(name: str, text: str) -> Any:
     return check_number("timeout", value, positive=True)
 
 
-def _session(num_processes: int | None) -> Session:
+def _session(num_processes: int | None) -> Callable[[], Session]:
+    """Check ``-n`` against the open session; what returns that session, or starts one."""
     session = Session.current()
     if session is not None:
         if num_processes is not None and num_processes != session.num_processes:
@@ -81,26 +84,31 @@ def _session(num_processes: int | None) -> Session:
                 f"-n {num_processes}: the open session has {session.num_processes} processes; "
                 "`%distributed close` first to start one of another size"
             )
-        return session
+        return lambda: session
     if num_processes is None:
         raise ValueError(
             "no session is open: give the number of processes, e.g. `%%distributed -n 2`"
         )
-    return Session(num_processes=num_processes)
+    return lambda: Session(num_processes=num_processes)
 
 
-def _cell(ipython: Any, line: str, cell: str) -> Any:
+def _cell(ipython: Any, line: str, cell: str) -> Callable[[], Any]:
+    """Check the cell magic's options; what runs the body on every rank."""
     options, rest = _options(shlex.split(line), ("num_processes", "timeout"))
     if rest:
         raise ValueError(f"%%distributed takes only -n N and --timeout SECONDS, not {rest!r}")
-    session = _session(options.get("num_processes"))
+    opened = _session(options.get("num_processes"))
     # The body starts on the cell's second line; named as IPython names the cell, so that
     # tracebacks say "Cell In[7], line 3".
     source = "\n" + cell
     filename = ipython.compile.cache(source, _cell_number(ipython))
-    result = session.exec(source, timeout=options.get("timeout"), filename=filename)
-    values = result.values
-    return None if all(v is None for v in values) else values
+
+    def run() -> Any:
+        result = opened().exec(source, timeout=options.get("timeout"), filename=filename)
+        values = result.values
+        return None if all(v is None for v in values) else values
+
+    return run
 
 
 def _cell_number(ipython: Any) -> int:
@@ -116,7 +124,8 @@ def _cell_number(ipython: Any) -> int:
     return ipython.execution_count
 
 
-def _line(ipython: Any, line: str) -> Any:
+def _line(ipython: Any, line: str) -> Callable[[], Any]:
+    """Check the line magic's words; what does what they say."""
     words = shlex.split(line)
     if not words:
         raise ValueError(
@@ -130,8 +139,7 @@ def _line(ipython: Any, line: str) -> Any:
         )
     if what == "status":
         session = Session.current()
-        print(session if session is not None else "no session is open")
-        return None
+        return lambda: print(session if session is not None else "no session is open")
     if what == "start":
         options, rest = _options(words, ("num_processes",))
         _no_more(what, rest)
@@ -141,14 +149,9 @@ def _line(ipython: Any, line: str) -> Any:
         raise ValueError(
             f"%distributed {what}: no session is open (start one: %distributed start -n 2)"
         )
-    if what == "restart":
+    if what in ("restart", "close"):
         _no_more(what, words)
-        session.restart()
-        return None
-    if what == "close":
-        _no_more(what, words)
-        session.close()
-        return None
+        return session.restart if what == "restart" else session.close
     if what == "push":
         if not words:
             raise ValueError(
@@ -157,12 +160,12 @@ def _line(ipython: Any, line: str) -> Any:
         missing = [name for name in words if name not in ipython.user_ns]
         if missing:
             raise NameError(f"%distributed push: {', '.join(missing)} not defined in the kernel")
-        session.push(**{name: ipython.user_ns[name] for name in words})
-        return None
+        values = {name: ipython.user_ns[name] for name in words}
+        return lambda: session.push(**values)
     if what == "pull":
         if len(words) != 1:
             raise ValueError("%distributed pull takes one name, e.g. %distributed pull loss")
-        return session.pull(words[0])
+        return lambda: session.pull(words[0])
     raise AssertionError(what)  # every subcommand is handled above
 
 
