@@ -130,6 +130,15 @@ def test_work_is_a_share_of_a_core_not_a_tick():
     assert meter.rss[0] == 3
 
 
+def test_the_last_memory_measured_is_the_last_of_a_live_process():
+    # The OOM killer's victim, sampled while it is torn down, reads as 0 resident bytes: the
+    # report keeps what it held before.
+    meter = WorkMeter(scripted([Usage(0.0, 0, 250 << 20), Usage(0.0, 0, 0)]))
+    meter.worked(0, 1, 0.0)
+    meter.worked(0, 1, 0.5)
+    assert meter.rss[0] == 250 << 20
+
+
 def test_a_process_that_is_gone_did_no_work():
     meter = WorkMeter(scripted([Usage(0.0, 0, 1), None]))
     meter.worked(0, 1, 0.0)

@@ -98,7 +98,8 @@ class WorkMeter:
         usage = self.probe(pid)
         if usage is None:
             return False
-        self.rss[rank] = usage.rss
+        if usage.rss > 0:  # a process being torn down (the OOM killer's victim) reads as 0
+            self.rss[rank] = usage.rss
         previous = self._last.get(rank)
         self._last[rank] = (now, usage)
         if previous is None:
