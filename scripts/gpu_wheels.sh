@@ -16,13 +16,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ -n "${PYTHON:-}" ]; then
-    PY=$PYTHON
-elif [ -x .venv/bin/python ]; then
-    PY=.venv/bin/python
-else
-    PY=python3
-fi
+source scripts/dev_python.sh
+PY=$(dev_python)
 DEST=${GPU_WHEELS:-.gpu-wheels}
 PYVER=${GPU_PYTHON_VERSION:-3.12}
 LIMIT_MIB=48 # well under the 64 MiB that ignored paths may add to the working tree's copy

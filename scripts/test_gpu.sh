@@ -26,13 +26,8 @@ PYTEST_FLAGS=(-m gpu -p no:cacheprovider)
 
 if [ "${1:-}" = "--collect" ]; then
     shift
-    if [ -n "${PYTHON:-}" ]; then
-        PY=$PYTHON
-    elif [ -x .venv/bin/python ]; then
-        PY=.venv/bin/python
-    else
-        PY=python3
-    fi
+    source scripts/dev_python.sh
+    PY=$(dev_python)
     export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
     exec "$PY" -m pytest --collect-only -q "${PYTEST_FLAGS[@]}" "${TESTS[@]}" "$@"
 fi
