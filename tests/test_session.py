@@ -112,7 +112,7 @@ def test_an_error_on_one_rank_raises_its_type_naming_the_rank_and_keeps_every_na
             filename="<my cell>",
         )
     notes = "\n".join(getattr(info.value, "__notes__", []))
-    assert "rank 1" in notes and "raised in call" in notes
+    assert "Raised on rank 1" in notes and "stopped on rank 0" in notes
     assert "<my cell>" in str(info.value.__cause__)  # the worker's traceback names the code
     # Rank 0 waited in a collective for rank 1: released, and the group formed again.
     assert "formed again" in notes

@@ -124,6 +124,10 @@ class Backend(ABC):
         """Drop what this device keeps for the job's collectives (the process group is about to
         be formed again)."""
 
+    def regrouped(self) -> None:
+        """The default process group was just formed again (collective over it): bring what
+        this device keeps for the job's collectives back in step on every rank."""
+
     def memory_allocated(self, local_rank: int) -> int | None:
         """Bytes of device memory this process holds, for the live panels; None where unknown or
         where asking would initialise the device."""

@@ -12,7 +12,13 @@ from ..utils.enums import DistributedType
 from ..utils.environment import available_cpu_count
 from .base import Backend
 from .comm import Communicator
-from .shared_memory import DEFAULT_TIMEOUT, SharedMemoryExchange, dist_all, steps_taken
+from .shared_memory import (
+    DEFAULT_TIMEOUT,
+    SharedMemoryExchange,
+    align_steps,
+    dist_all,
+    steps_taken,
+)
 
 
 class CpuBackend(Backend):
@@ -44,13 +50,17 @@ class CpuBackend(Backend):
     def collectives_position(self) -> tuple[int, ...]:
         """The process group's sequence number and the steps of the shared-memory exchanges
         (the collectives' and DDP's gradients')."""
-        return (*super().collectives_position(), steps_taken())
+        return (*super().collectives_position(), *steps_taken())
 
     def forget_collectives(self) -> None:
         """Close the exchange of the job's collectives; the next collective makes a new one."""
         if self._communicator is not None:
             self._communicator.close()
         self._communicator = None
+
+    def regrouped(self) -> None:
+        """The exchanges left open (DDP models' gradients) resume at one step on every rank."""
+        align_steps()
 
     def barrier(self, device: torch.device) -> None:
         """Through the shared-memory exchange once the job's collectives use one, as a step of

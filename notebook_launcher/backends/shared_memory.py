@@ -38,6 +38,7 @@ after them), so it is used on x86-64 Linux only; elsewhere, and when
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import pickle
@@ -164,6 +165,9 @@ class SharedMemoryExchange:
         ).view(2, world_size, slot_bytes)
         self._views: dict[torch.dtype, torch.Tensor] = {}
         self._step = 0
+        # Counterparts on the other ranks have the same serial: exchanges are made collectively,
+        # so in the same order everywhere.
+        self.serial = next(_SERIALS)
         pids = {r: pid for r, pid in enumerate(header[PID::LINE_WORDS]) if r != rank and pid > 0}
         self._peers = _Peers(pids)
         self._pid_words = header[PID::LINE_WORDS]  # negative: that rank has left the job
@@ -492,9 +496,28 @@ def depart() -> None:
         exchange.depart()
 
 
-def steps_taken() -> int:
-    """The steps every exchange this process has open has taken, together."""
-    return sum(exchange.steps for exchange in list(_OPEN))
+_SERIALS = itertools.count(1)
+
+
+def steps_taken() -> tuple[int, ...]:
+    """Each exchange this process has open and the steps it has taken: (serial, steps, ...),
+    in the order of the serials (equal on every rank when no exchange was left half done)."""
+    pairs = sorted((exchange.serial, exchange.steps) for exchange in list(_OPEN))
+    return tuple(number for pair in pairs for number in pair)
+
+
+def align_steps() -> None:
+    """Bring every open exchange to the same step on every rank (the furthest any rank of the
+    job reached): after a collective stopped half done (an interrupt, a failed peer), ranks
+    stand at different steps and the next collective would meet the wrong step. Collective over
+    the default process group; no data moves through the exchanges."""
+    import torch.distributed as dist
+
+    mine = {exchange.serial: exchange.steps for exchange in list(_OPEN)}
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    for exchange in list(_OPEN):
+        exchange._step = max(steps.get(exchange.serial, 0) for steps in everyone)
 
 
 class _Peers:

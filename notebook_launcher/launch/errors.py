@@ -267,7 +267,7 @@ class _FailureRenderer:
 
 
 def _short_report(failure: WorkerFailure, stopped: tuple[int, ...]) -> str:
-    shown = dataclasses.replace(failure, traceback=_without_bootstrap(failure.traceback))
+    shown = dataclasses.replace(failure, traceback=without_bootstrap(failure.traceback))
     return shown.report(stopped)
 
 
@@ -289,9 +289,15 @@ def render_traceback(
         if _coloured():
             title = f"{_RED}{title}{_PLAIN}"
         shown = [title, *lines]
+        outcome = getattr(error, "_notebook_launcher_outcome", None)  # a session call's
+        if outcome:
+            if shown[-1].startswith(" "):  # after a stack, a blank line first
+                shown.append("")
+            shown.append(outcome)
         callers = _caller_frames(error)
         if callers:
-            shown += ["", "Raised where the launch was called:", *callers]
+            where = "the session was called" if outcome else "the launch was called"
+            shown += ["", f"Raised where {where}:", *callers]
         return shown
     except Exception:  # never hide the error behind a failure to show it
         return traceback.format_exception(type(error), error, getattr(error, "__traceback__", None))
@@ -331,13 +337,22 @@ def _caller_frames(error: BaseException | None) -> list[str]:
     tb = getattr(error, "__traceback__", None)
     lines = []
     for frame in traceback.extract_tb(tb) if tb is not None else ():
-        if _internal(frame.filename):
+        if _internal(frame.filename) or _generated(frame):
             continue
         where = _cell_name(frame.filename) or f'File "{frame.filename}"'
         lines.append(f"  {where}, line {frame.lineno}, in {frame.name}")
         if frame.line:
             lines.append(f"    {frame.line.strip()}")
     return lines
+
+
+def _generated(frame: traceback.FrameSummary) -> bool:
+    """Code nobody wrote by hand: IPython's rewriting of a magic (the whole cell again, as one
+    string) and the generated methods of dataclasses (``File "<string>"``)."""
+    line = (frame.line or "").lstrip()
+    return frame.filename.startswith("<string>") or line.startswith(
+        ("get_ipython().run_cell_magic(", "get_ipython().run_line_magic(")
+    )
 
 
 def _without_bootstrap_frames(stack: str) -> str:
@@ -348,7 +363,7 @@ def _without_bootstrap_frames(stack: str) -> str:
     return "\n".join(lines)
 
 
-def _without_bootstrap(text: str) -> str:
+def without_bootstrap(text: str) -> str:
     """A worker's traceback without its leading frames of the launcher's bootstrap."""
     kept: list[str] = []
     leading = skipping = False

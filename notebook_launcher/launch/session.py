@@ -11,6 +11,7 @@ so a rank that dies is reported within ``IDLE_CHECK`` seconds even when nothing 
 from __future__ import annotations
 
 import atexit
+import keyword
 import threading
 import time
 import weakref
@@ -27,7 +28,7 @@ from ..protocol.session import Command
 from ..ui import RunPanel, create_view
 from ..utils.validation import check_number, invalid
 from . import exclusive
-from .errors import SessionBrokenError, SessionClosedError, shown_as_argument_errors
+from .errors import SessionBrokenError, SessionClosedError, add_note, shown_as_argument_errors
 from .group import WorkerGroup
 from .launchers import LAUNCHERS
 from .output import OutputSink
@@ -37,12 +38,14 @@ from .rendezvous.local import LocalRendezvous
 from .result import LaunchResult
 from .runner import worker_spec
 from .session_calls import CallSupervisor, interrupted_text, with_session_notes
+from .session_errors import RESTART_HINT, broken_text
 from .settings import DEFAULTS as D
 from .settings import LaunchSettings
 from .signals import interrupts_deferred
 
 START_TIMEOUT = 300.0  # default seconds for the workers to start and form the group
 CLOSE_WAIT = 10.0  # seconds closed workers get to leave before they are stopped
+NOTHING_PUSHED = "Nothing was pushed: no rank's namespace changed."
 IDLE_CHECK = 0.5  # seconds between the idle watcher's looks (a death is reported within 1 s)
 
 # The sessions of this kernel not closed yet (alive or broken). Held here so that a session whose
@@ -199,14 +202,15 @@ class Session:
         with shown_as_argument_errors():
             if not values:
                 raise TypeError("push() needs at least one name=value")
+            for name in values:
+                _check_name(name)
             body = _pickled(values, values)
         self._call(protocol.PUSH, body, self.settings.timeout)
 
     def pull(self, name: str) -> list[Any]:
         """Every rank's value of ``name`` in its namespace, in rank order."""
         with shown_as_argument_errors():
-            if not isinstance(name, str) or not name.isidentifier():
-                raise ValueError(f"name must be a Python identifier, got {name!r}")
+            _check_name(name)
         return self._call(protocol.PULL, cloudpickle.dumps(name), self.settings.timeout).values
 
     def restart(self) -> None:
@@ -338,13 +342,11 @@ class Session:
 
     def _usable(self) -> WorkerGroup:
         if self._state == "broken":
-            raise SessionBrokenError(
-                f"the session is broken ({self._broken}); session.restart() starts new workers "
-                "(every rank's state is lost)"
-            )
+            raise SessionBrokenError(broken_text(self._broken or "unknown"))
         if self._state != "alive" or self._group is None:
             raise SessionClosedError(
-                "the session is closed; session.restart() (or a new Session) starts workers"
+                "the session is closed; %distributed restart (or session.restart(), or a new "
+                "Session) starts workers"
             )
         return self._group
 
@@ -368,21 +370,26 @@ class Session:
                     group.apply(handle, WorkerStarted(handle.rank, handle.pid, time.time()))
                 command = Command(kind, self._calls, body).to_bytes()
                 try:
-                    with interrupts_deferred():  # a command is written whole or not at all
-                        for handle in group.handles:
-                            handle.commands.send_bytes(command)
+                    _send_all(group, command)
                     payloads = supervisor.run_call(deadline)
+                    if kind == protocol.PUSH:  # every rank holds the values: bind them
+                        _send_all(group, Command(protocol.COMMIT, self._calls).to_bytes())
                 except KeyboardInterrupt:
                     with interrupts_deferred():
                         supervisor.settle("interrupted", (), requested=True)
                         self._settled(supervisor)
-                    raise KeyboardInterrupt(interrupted_text(supervisor.broken)) from None
+                    text = interrupted_text(supervisor)
+                    if kind == protocol.PUSH:
+                        text += f" {NOTHING_PUSHED}"
+                    raise KeyboardInterrupt(text) from None
                 except BrokenPipeError as error:
                     self._break(f"a worker's command pipe closed ({error})")
                     raise SessionBrokenError(f"the session broke: {self._broken}") from None
                 except BaseException as error:
                     with interrupts_deferred():
                         self._settled(supervisor)
+                    if kind == protocol.PUSH:
+                        add_note(error, NOTHING_PUSHED)
                     raise with_session_notes(error, supervisor) from error.__cause__
                 values = [p.load() if p is not None else None for p in payloads]
                 panel = RunPanel(view.model) if view is not None else None
@@ -397,13 +404,6 @@ class Session:
     def _settled(self, supervisor: CallSupervisor) -> None:
         if supervisor.broken is not None:
             self._break(supervisor.broken)
-        elif supervisor.reformed:
-            group = self._group
-            if group is not None:
-                group.sink.notice(
-                    "notebook_launcher: the process group was formed again; models wrapped for "
-                    "the old group must be wrapped again"
-                )
 
     def _watch(self) -> bool:
         """One look between calls: read what the workers wrote; a dead rank breaks the
@@ -427,8 +427,7 @@ class Session:
                     handle = dead[0]
                     why = f"rank {handle.rank} died (exit code {handle.exitcode})"
                     group.sink.notice(
-                        f"notebook_launcher: {why}; the session is broken: session.restart() "
-                        "starts new workers (every rank's state is lost)"
+                        f"notebook_launcher: {why}; the session is broken: {RESTART_HINT}"
                     )
                     self._break(why)
         finally:
@@ -444,6 +443,13 @@ def _watch_idle(ref: weakref.ref, start: int) -> None:
         del session
 
 
+def _send_all(group: WorkerGroup, command: bytes) -> None:
+    """``command`` to every rank, whole or not at all (an interrupt waits until it is sent)."""
+    with interrupts_deferred():
+        for handle in group.handles:
+            handle.commands.send_bytes(command)
+
+
 def _say_close(group: WorkerGroup) -> None:
     command = Command(protocol.CLOSE, 0).to_bytes()
     for handle in group.handles:
@@ -451,6 +457,15 @@ def _say_close(group: WorkerGroup) -> None:
             handle.commands.send_bytes(command)
         except OSError:
             pass
+
+
+def _check_name(name: object) -> None:
+    """A name that push binds and pull reads: a Python identifier that is not a keyword."""
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+        raise ValueError(
+            f"name must be a Python identifier (not a keyword), got {name!r}; the ranks bind "
+            "and read names as cells do"
+        )
 
 
 def _session_function() -> Callable[[], None]:

@@ -22,9 +22,10 @@ from ..protocol.events import WorkerStopped
 from ..protocol.failure import looks_secondary
 from ..protocol.session import CellInterrupted, Command, RankBusy, RankIdle
 from ..protocol.status import RankStatus
-from .errors import RemoteTraceback, SessionBrokenError, add_note, failure_to_raise
+from .errors import RemoteTraceback, SessionBrokenError
 from .group import WorkerGroup
 from .plan import LaunchPlan
+from .session_errors import RESTART_HINT, call_failed, outcome_text, with_outcome
 from .signals import InterruptFlag, interrupts_noted
 from .stacks import where_ranks_were
 from .supervisor import Supervisor, failure_order
@@ -32,11 +33,6 @@ from .watchdogs import TimeoutWatchdog, Verdict
 
 SETTLE = 0.3  # seconds the other ranks get to end a failed call before the group is re-formed
 REFORM_LIMIT = 150.0  # seconds every rank has to join the re-formed group
-REFORMED_NOTE = (
-    "The process group was formed again (a rank was stopped inside a collective): every rank "
-    "kept its namespace, but models wrapped for the old group (DistributedDataParallel, "
-    "accelerator.prepare) must be wrapped again."
-)
 
 
 class CallSupervisor(Supervisor):
@@ -47,6 +43,8 @@ class CallSupervisor(Supervisor):
     After the run, ``reformed`` says whether the process group was formed again and ``broken``
     why the session cannot go on (None: it can).
     """
+
+    scope = "call"
 
     def __init__(self, group: WorkerGroup, plan: LaunchPlan, call: int) -> None:
         super().__init__(
@@ -87,7 +85,7 @@ class CallSupervisor(Supervisor):
         self, deadline: float | None, interrupted: InterruptFlag
     ) -> list[results.Received | None]:
         group = self.group
-        watchdogs = [TimeoutWatchdog(group, deadline), *self.watchdogs]
+        watchdogs = [TimeoutWatchdog(group, deadline, self.scope), *self.watchdogs]
         while True:
             if interrupted.is_set():
                 raise KeyboardInterrupt
@@ -103,10 +101,6 @@ class CallSupervisor(Supervisor):
     def _judged(self, verdict: Verdict) -> None:
         """A watchdog ended the call: stop it on every rank (the session stays) and raise."""
         self.settle(verdict.reason, verdict.blamed)
-        if self.broken is None:
-            add_note(
-                verdict.error, "The call was stopped on every rank; the session is still usable."
-            )
         raise verdict.error
 
     def _failed(self) -> BaseException:
@@ -118,22 +112,22 @@ class CallSupervisor(Supervisor):
         if primary.failed is not None and primary.failed.exc_type == CellInterrupted.type_name():
             # The interrupt reached the workers before the kernel's own KeyboardInterrupt.
             self.settle("interrupted", (), requested=True)
-            return KeyboardInterrupt(interrupted_text(self.broken))
+            return KeyboardInterrupt(interrupted_text(self))
         self.settle(f"rank {primary.rank} failed", (primary.rank,))
         dead = [h for h in self.handles if h.exited]
         if dead:  # a peer's death, seen after the connection error it caused here
             return self._died(dead[0])
         failure = dataclasses.replace(self._describe(primary), call=self.call)
         stopped = tuple(h.rank for h in self.handles if h.status == RankStatus.STOPPED)
-        return failure_to_raise(failure, stopped)
+        completed = tuple(h.rank for h in self.handles if h.status == RankStatus.FINISHED)
+        return call_failed(failure, stopped, completed)
 
     def _died(self, handle) -> SessionBrokenError:
         failure = self._describe(handle)
         self.broken = f"rank {handle.rank} died: {failure.message}"
         error = SessionBrokenError(
-            f"rank {handle.rank} of the session died (exit code {handle.exitcode}): "
-            f"{failure.message}. The session is broken: session.restart() starts new workers "
-            "(every rank's state is lost)."
+            f"rank {handle.rank} of the session died ({failure.exit}): "
+            f"{failure.message.rstrip('. ')}. The session is broken: {RESTART_HINT}."
         )
         error.__cause__ = RemoteTraceback(failure.report(()))
         return error
@@ -196,8 +190,8 @@ class CallSupervisor(Supervisor):
                     {r: s for r, s in self.group.collect_stacks().items() if r in stuck}
                 )
                 self.broken = (
-                    f"rank {', '.join(map(str, stuck))} did not stop within "
-                    f"{self.group.stop_grace + SETTLE:g} s of the interrupt (stuck outside "
+                    f"rank {', '.join(map(str, stuck))} did not end the call within "
+                    f"{self.group.stop_grace + SETTLE:g} s of being stopped (stuck outside "
                     f"Python?). {where}"
                 ).rstrip()
             return
@@ -231,21 +225,21 @@ class CallSupervisor(Supervisor):
             self.broken = f"rank {dead[0].rank}'s process ended (exit code {dead[0].exitcode})"
         return bool(dead)
 
+    def outcome(self) -> str:
+        """What this call left of the session, in one line (see :func:`outcome_text`)."""
+        joined = self.joined.values() if self.reformed else ()
+        rebound = max((i.rebound for i in joined), default=0)
+        unbound = sorted({u for i in joined for u in i.unbound})
+        return outcome_text(self.broken, self.reformed, rebound, unbound)
 
-def interrupted_text(broken: str | None) -> str:
-    if broken is None:
-        return "the cell was interrupted and stopped on every rank; the session is still usable"
-    return f"the cell was interrupted; the session is broken: {broken}"
+
+def interrupted_text(supervisor: CallSupervisor) -> str:
+    return f"the cell was interrupted and stopped on every rank. {supervisor.outcome()}"
 
 
 def with_session_notes(error: BaseException, supervisor: CallSupervisor) -> BaseException:
-    """``error`` with what its call did to the session (group formed again, or broken)."""
-    if supervisor.broken is not None:
-        add_note(
-            error,
-            f"The session is broken: {supervisor.broken}. session.restart() starts new workers "
-            "(every rank's state is lost).",
-        )
-    elif supervisor.reformed:
-        add_note(error, REFORMED_NOTE)
-    return error
+    """``error`` ending with what its call left of the session (usable or broken; a
+    :class:`SessionBrokenError` says so itself)."""
+    if isinstance(error, SessionBrokenError):
+        return error
+    return with_outcome(error, supervisor.outcome())

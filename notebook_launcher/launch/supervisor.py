@@ -51,6 +51,8 @@ class Supervisor:
             workers, supervised call by call); default: a new one.
     """
 
+    scope = "launch"  # what a watchdog's verdict stops (a session's calls: "call")
+
     def __init__(
         self,
         handles: list[WorkerHandle],
@@ -75,9 +77,9 @@ class Supervisor:
         self.watch = watch
         self.monitor_interval = monitor_interval
         self.meter = WorkMeter(probe)
-        self.watchdogs: list = [StallWatchdog(self.group, stall_timeout, stall_notice)]
+        self.watchdogs: list = [StallWatchdog(self.group, stall_timeout, stall_notice, self.scope)]
         if deadlock_after is not None:
-            self.watchdogs.append(DeadlockWatchdog(self.group, deadlock_after))
+            self.watchdogs.append(DeadlockWatchdog(self.group, deadlock_after, self.scope))
         self.stop_reason = "interrupted"  # why teardown stops ranks that still run
         self.stop_requested = True  # ... whether the user asked for it (not an error)
         self.blamed: tuple[int, ...] = ()  # ... and the ranks held responsible
@@ -89,7 +91,7 @@ class Supervisor:
     def run(self, deadline: float | None) -> list[results.Received]:
         """Supervise until every rank returned (their results, in rank order) or raise."""
         group = self.group
-        watchdogs = [TimeoutWatchdog(group, deadline), *self.watchdogs]
+        watchdogs = [TimeoutWatchdog(group, deadline, self.scope), *self.watchdogs]
         while True:
             if group.with_status(RankStatus.FAILED):
                 error, failure = self._fail_fast()

@@ -46,19 +46,27 @@ class Group(Protocol):
     def publish(self, event: object) -> None: ...
 
 
+def stopped_phrase(scope: str) -> str:
+    """What was stopped, in a watchdog's message: a launch's ranks, or a session's call (its
+    workers live on)."""
+    return "all ranks were stopped" if scope == "launch" else "it was stopped on every rank"
+
+
 class TimeoutWatchdog:
     """Ends the attempt at ``deadline`` (monotonic seconds; None: never)."""
 
-    def __init__(self, group: Group, deadline: float | None) -> None:
+    def __init__(self, group: Group, deadline: float | None, scope: str = "launch") -> None:
         self.group = group
         self.deadline = deadline
+        self.scope = scope  # what is stopped: "launch", or a session's "call"
 
     def check(self, now: float) -> Verdict | None:
         if self.deadline is None or now < self.deadline:
             return None
         stacks = self.group.collect_stacks()
         message = (
-            f"the launch exceeded its timeout; all ranks were stopped. {where_ranks_were(stacks)}"
+            f"the {self.scope} exceeded its timeout; {stopped_phrase(self.scope)}. "
+            f"{where_ranks_were(stacks)}"
         )
         return Verdict(
             LaunchTimeoutError(message, stacks), "timeout expired", holding_up(stacks), False
@@ -82,9 +90,14 @@ class StallWatchdog:
     """
 
     def __init__(
-        self, group: Group, stall_timeout: float | None, stall_notice: float | None
+        self,
+        group: Group,
+        stall_timeout: float | None,
+        stall_notice: float | None,
+        scope: str = "launch",
     ) -> None:
         self.group = group
+        self.scope = scope
         self.stall_timeout = stall_timeout
         self.stall_notice = stall_notice
         limits = [limit for limit in (stall_timeout, stall_notice) if limit is not None]
@@ -139,8 +152,8 @@ class StallWatchdog:
         limit = self.stall_timeout
         message = (
             f"no rank made progress for {quiet:.0f} s (stall_timeout={limit:g}): no output, no "
-            f"events, no computation and no Python stack moving; {_stuck(culprits)}. All ranks "
-            f"were stopped. {where_ranks_were(stacks)} Pass a larger stall_timeout, or None, if "
+            f"events, no computation and no Python stack moving; {_stuck(culprits)}. "
+            f"{stopped_phrase(self.scope).capitalize()}. {where_ranks_were(stacks)} Pass a larger stall_timeout, or None, if "
             "the job legitimately waits that long."
         )
         return Verdict(
@@ -190,9 +203,10 @@ class DeadlockWatchdog:
     apart, the wait can never end (a rank that returned never joins another collective).
     """
 
-    def __init__(self, group: Group, after: float = DEADLOCK_AFTER) -> None:
+    def __init__(self, group: Group, after: float = DEADLOCK_AFTER, scope: str = "launch") -> None:
         self.group = group
         self.after = after
+        self.scope = scope
         self._next_check = float("-inf")
         self._places: dict | None = None  # the last sample of the waiting ranks
 
@@ -225,7 +239,7 @@ class DeadlockWatchdog:
         message = (
             f"rank {', '.join(map(str, gone))} returned while rank {', '.join(map(str, held))} "
             f"waited for it in a collective (at the same place in two samples "
-            f"{DEADLOCK_RECHECK:g} s apart): a certain deadlock, so all ranks were stopped. "
+            f"{DEADLOCK_RECHECK:g} s apart): a certain deadlock, so {stopped_phrase(self.scope)}. "
             f"{where_ranks_were(stacks)} Every rank must take part in each collective the "
             "others call: a rank that returns early (or skips a collective under an if) leaves "
             "the others waiting forever."

@@ -2,7 +2,9 @@
 
 A session's workers join the job once and then wait for commands on a pipe of their own, one at
 a time: run a function, run source code in the rank's namespace, bind or read names there,
-re-form the process group, close. A rank answers each command with the events a launch uses
+re-form the process group, close. A push is all or nothing: each rank first receives the values
+(which may be interrupted), and binds them only when the kernel, having heard from every rank
+that it holds them, sends the commit. A rank answers each command with the events a launch uses
 (``WorkerFinished`` with the value, or ``WorkerFailed``) followed by :class:`RankIdle`.
 """
 
@@ -13,11 +15,12 @@ from dataclasses import dataclass
 
 RUN = "run"  # body: cloudpickled (function, args, kwargs)
 EXEC = "exec"  # body: cloudpickled (source, filename)
-PUSH = "push"  # body: cloudpickled {name: value}
+PUSH = "push"  # body: cloudpickled {name: value}, held back until COMMIT
+COMMIT = "commit"  # bind what the last PUSH brought (sent once every rank has it); no answer
 PULL = "pull"  # body: cloudpickled name
 REFORM = "reform"  # re-form the process group (body: nothing); answered by RankIdle(reformed)
 CLOSE = "close"  # leave the loop; the process then exits as after a launch
-KINDS = (RUN, EXEC, PUSH, PULL, REFORM, CLOSE)
+KINDS = (RUN, EXEC, PUSH, COMMIT, PULL, REFORM, CLOSE)
 
 
 class CellInterrupted(KeyboardInterrupt):
@@ -68,7 +71,9 @@ class RankIdle:
     ``position`` is where the rank stands in the job's sequence of collectives (see
     ``Backend.collectives_position``): equal on every rank when no collective was left half done,
     so the process group can be kept after a failed call. ``reformed`` says the rank has just
-    re-formed the process group; ``problem`` why it could not (the session is then broken).
+    re-formed the process group; ``problem`` why it could not (the session is then broken);
+    ``rebound`` how many ``DistributedDataParallel`` models it moved onto the new group and
+    ``unbound`` those it could not (each as "Model: why"; they must be wrapped again).
     """
 
     rank: int
@@ -76,6 +81,8 @@ class RankIdle:
     position: tuple[int, ...] = ()
     reformed: bool = False
     problem: str | None = None
+    rebound: int = 0
+    unbound: tuple[str, ...] = ()
 
 
 def session_store_prefix(generation: int) -> str:

@@ -28,6 +28,7 @@ from ..protocol import session as protocol
 from ..protocol.context import current_context
 from ..protocol.session import CellInterrupted, Command, RankBusy, RankIdle
 from ..state import PartialState
+from .regroup import GroupSockets, held_models, rebind
 from .reporting import failure_event, flush_streams, result_event, send_live
 
 REFORM_TIMEOUT = 120.0  # seconds a rank waits for the others to form the group again
@@ -62,8 +63,11 @@ def serve() -> None:
     rank, channel = ctx.rank, ctx.channel
     signal.signal(signal.SIGINT, _interrupt)
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
-    state = PartialState()  # forms the process group
+    sockets = GroupSockets(ctx.master_port)
+    with sockets.recorded():
+        state = PartialState()  # forms the process group
     generation = 0
+    staged: dict[str, Any] = {}  # values pushed, bound on commit
     channel.send(RankIdle(rank, 0, _position(state)))
     while True:
         try:
@@ -72,9 +76,14 @@ def serve() -> None:
             return
         if command.kind == protocol.CLOSE:
             return
+        if command.kind == protocol.COMMIT:  # every rank holds what the last push brought
+            namespace.update(staged)
+            staged = {}
+            continue
+        staged = {}  # a push not committed before the next command never takes effect
         if command.kind == protocol.REFORM:
             generation += 1
-            channel.send(_reform(state, rank, command.call, generation))
+            channel.send(_reform(state, sockets, rank, command.call, generation))
             continue
         _phase, _pending = TAKING, False
         channel.send(RankBusy(rank, command.call))  # the kernel may interrupt from now on
@@ -82,7 +91,7 @@ def serve() -> None:
             _phase = RUNNING
             if _pending:
                 raise CellInterrupted()
-            value = _perform(command, namespace)
+            value = _perform(command, namespace, staged)
             _phase = IDLE
             event = result_event(rank, value, os.getppid())  # the kernel owns the file
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the kernel
@@ -98,7 +107,7 @@ def serve() -> None:
         channel.send(RankIdle(rank, command.call, _position(state)))
 
 
-def _perform(command: Command, namespace: dict[str, Any]) -> Any:
+def _perform(command: Command, namespace: dict[str, Any], staged: dict[str, Any]) -> Any:
     body = cloudpickle.loads(command.body) if command.body else None
     if command.kind == protocol.RUN:
         function, args, kwargs = body
@@ -107,7 +116,7 @@ def _perform(command: Command, namespace: dict[str, Any]) -> Any:
         source, filename = body
         return run_source(source, filename, namespace)
     if command.kind == protocol.PUSH:
-        namespace.update(body)
+        staged.update(body)
         return None
     if command.kind == protocol.PULL:
         if body not in namespace:
@@ -136,17 +145,23 @@ def _position(state: PartialState) -> tuple[int, ...]:
         return (-2, time.monotonic_ns())
 
 
-def _reform(state: PartialState, rank: int, call: int, generation: int) -> RankIdle:
+def _reform(
+    state: PartialState, sockets: GroupSockets, rank: int, call: int, generation: int
+) -> RankIdle:
     """Form the default process group again, under fresh store keys; the rank's namespace and
-    everything else it holds are kept. Models wrapped for the old group must be wrapped again."""
+    everything else it holds are kept, and the ``DistributedDataParallel`` models built on the
+    old group are rebound to the new one (see :mod:`.regroup`)."""
     import torch.distributed as dist
 
     ctx = current_context()
     try:
         state.device_backend.forget_collectives()
+        models: list[Any] = []
         if dist.is_initialized():
             name = dist.get_backend()
-            dist.destroy_process_group()  # closes its connections: a peer stuck in one raises
+            models = held_models(dist.distributed_c10d._get_default_group())
+            sockets.sever()  # a peer still waiting in one of its collectives raises now
+            dist.destroy_process_group()
         else:
             name = state.backend or state.device_backend.process_group_backend
         store = dist.TCPStore(
@@ -156,13 +171,23 @@ def _reform(state: PartialState, rank: int, call: int, generation: int) -> RankI
             timeout=timedelta(seconds=REFORM_TIMEOUT),
         )
         prefixed = dist.PrefixStore(protocol.session_store_prefix(generation), store)
-        dist.init_process_group(
-            name,
-            store=prefixed,
-            rank=ctx.rank,
-            world_size=ctx.world_size,
-            timeout=timedelta(seconds=REFORM_TIMEOUT),
-        )
+        with sockets.recorded():
+            dist.init_process_group(
+                name,
+                store=prefixed,
+                rank=ctx.rank,
+                world_size=ctx.world_size,
+                timeout=timedelta(seconds=REFORM_TIMEOUT),
+            )
+        state.device_backend.regrouped()
+        unbound = rebind(models)
     except Exception as exc:  # noqa: BLE001 - said to the kernel: the session is then broken
         return RankIdle(rank, call, reformed=False, problem=f"{type(exc).__name__}: {exc}")
-    return RankIdle(rank, call, _position(state), reformed=True)
+    return RankIdle(
+        rank,
+        call,
+        _position(state),
+        reformed=True,
+        rebound=len(models) - len(unbound),
+        unbound=tuple(unbound),
+    )
