@@ -110,6 +110,16 @@ def test_ipython_shows_the_report_without_the_launchers_frames_and_the_error_sti
     assert "notebook_launcher/" not in shown
 
 
+@pytest.mark.parametrize("settings", [{"num_processes": 0}, {"mixed_precision": "fp99"}])
+def test_argument_errors_show_no_generated_frames(settings):
+    with pytest.raises(ValueError) as info:
+        launch(print, **settings)
+    shown = "\n".join(info.value._render_traceback_())
+    assert shown.startswith("ValueError: "), shown
+    assert "<string>" not in shown and "notebook_launcher/" not in shown, shown
+    assert "in test_argument_errors_show_no_generated_frames" in shown, shown
+
+
 def raise_custom():
     if os.environ["RANK"] == "0":
         raise LaunchSpecificError(42, "custom detail")

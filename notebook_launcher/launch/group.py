@@ -6,7 +6,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from multiprocessing.connection import wait
 
 from ..protocol import names, results
@@ -165,10 +165,15 @@ class WorkerGroup:
 
     # -- stacks -------------------------------------------------------------------------------
 
-    def collect_stacks(self) -> dict[int, str]:
-        """Ask every rank still at work for its Python stacks (all threads, kernel frames
-        trimmed). Dumping a stack is not a sign of life: ``last_alive`` is left as it was."""
-        alive = [h for h in self.handles if not h.exited and h.status.active]
+    def collect_stacks(self, ranks: Collection[int] | None = None) -> dict[int, str]:
+        """Ask every rank still at work (or those of ``ranks`` whose process lives) for its
+        Python stacks (all threads, kernel frames trimmed). Dumping a stack is not a sign of
+        life: ``last_alive`` is left as it was."""
+        alive = [
+            h
+            for h in self.handles
+            if not h.exited and (h.status.active if ranks is None else h.rank in ranks)
+        ]
         for handle in alive:
             handle.capture = []
             try:
@@ -186,7 +191,7 @@ class WorkerGroup:
             if all(
                 handle.capture and now - settled_at[handle][1] >= STACK_QUIET
                 for handle in alive
-                if handle.status.active
+                if handle.status.active or ranks is not None
             ):
                 break
             self.pump(min(STACK_QUIET / 2, max(0.0, end - now)))

@@ -369,12 +369,27 @@ class Session:
                     handle.last_alive = started
                     group.apply(handle, WorkerStarted(handle.rank, handle.pid, time.time()))
                 command = Command(kind, self._calls, body).to_bytes()
+                sent = committed = False
                 try:
-                    _send_all(group, command)
+                    with interrupts_deferred():  # the command reaches every rank or none
+                        _send_all(group, command)
+                        sent = True
                     payloads = supervisor.run_call(deadline)
                     if kind == protocol.PUSH:  # every rank holds the values: bind them
-                        _send_all(group, Command(protocol.COMMIT, self._calls).to_bytes())
+                        with interrupts_deferred():
+                            _send_all(group, Command(protocol.COMMIT, self._calls).to_bytes())
+                            committed = True
                 except KeyboardInterrupt:
+                    if not sent or committed:
+                        text = (
+                            "the cell was interrupted before its call reached any rank"
+                            if not sent
+                            else "the cell was interrupted after the push took effect on every rank"
+                        )
+                        text += "; the session is still usable."
+                        if not sent and kind == protocol.PUSH:
+                            text += f" {NOTHING_PUSHED}"
+                        raise KeyboardInterrupt(text) from None
                     with interrupts_deferred():
                         supervisor.settle("interrupted", (), requested=True)
                         self._settled(supervisor)
@@ -444,10 +459,10 @@ def _watch_idle(ref: weakref.ref, start: int) -> None:
 
 
 def _send_all(group: WorkerGroup, command: bytes) -> None:
-    """``command`` to every rank, whole or not at all (an interrupt waits until it is sent)."""
-    with interrupts_deferred():
-        for handle in group.handles:
-            handle.commands.send_bytes(command)
+    """``command`` to every rank (callers defer interrupts around it, so that it reaches every
+    rank or none)."""
+    for handle in group.handles:
+        handle.commands.send_bytes(command)
 
 
 def _say_close(group: WorkerGroup) -> None:

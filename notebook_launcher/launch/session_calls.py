@@ -118,7 +118,9 @@ class CallSupervisor(Supervisor):
         if dead:  # a peer's death, seen after the connection error it caused here
             return self._died(dead[0])
         failure = dataclasses.replace(self._describe(primary), call=self.call)
-        stopped = tuple(h.rank for h in self.handles if h.status == RankStatus.STOPPED)
+        stopped = tuple(  # a rank that could not be stopped is named by the outcome
+            h.rank for h in self.handles if h.status == RankStatus.STOPPED and h.rank in self.ended
+        )
         completed = tuple(h.rank for h in self.handles if h.status == RankStatus.FINISHED)
         return call_failed(failure, stopped, completed)
 
@@ -186,9 +188,7 @@ class CallSupervisor(Supervisor):
         if not ended:
             if not self._exited():
                 stuck = [h.rank for h in self.handles if h.rank not in self.ended]
-                where = where_ranks_were(
-                    {r: s for r, s in self.group.collect_stacks().items() if r in stuck}
-                )
+                where = where_ranks_were(self.group.collect_stacks(stuck))
                 self.broken = (
                     f"rank {', '.join(map(str, stuck))} did not end the call within "
                     f"{self.group.stop_grace + SETTLE:g} s of being stopped (stuck outside "

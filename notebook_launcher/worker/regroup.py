@@ -142,14 +142,13 @@ def rebind(models: list[Any]) -> list[str]:
 
 
 def _rebind(model: Any) -> None:
-    hooks = list(getattr(model, "_comm_hooks", ()))
+    hooks = list(model._comm_hooks)
     attrs = {k: v for k, v in model.__dict__.items() if k not in ("process_group", "reducer")}
     attrs.pop("logger", None)
-    attrs["_comm_hooks"] = []
     type(model).__setstate__(model, attrs)  # takes the default group, builds the reducer
     if hooks:
         # DDP runs one hook per model: the first one registered (later entries are hooks that
         # a registered hook hands buckets to; they keep working through it).
         hook, state = hooks[0]
         type(model).register_comm_hook(model, state, hook)
-        model._comm_hooks[:] = hooks
+        model._comm_hooks[:] = hooks  # the list as it was (registering added to it)
