@@ -120,7 +120,9 @@ def run(framework: str, trials: int) -> list[dict]:
                         session.restart()
                         session.exec(COMMON + FRAMEWORKS[framework] + STEP)
                         model_ids = session.exec("id(model)").values
-                    records.append({"framework": framework, **trial(session, where, how, model_ids)})
+                    records.append(
+                        {"framework": framework, **trial(session, where, how, model_ids)}
+                    )
     finally:
         session.close()
     return records
