@@ -305,3 +305,53 @@ def test_an_exported_notebook_shows_its_final_panels_offline(tmp_path, shots):
         assert quiet.locator(".nl-rank").count() == 2
         shoot(page.locator(".jp-Cell").nth(1), "exported.png", shots)
         assert all(not url.startswith("file:") for url in asked)  # only the web was refused
+
+
+RUN_BELOW = """(index) => {
+    const notebook = window.jupyterapp.shell.currentWidget.content;
+    notebook.activeCellIndex = index;
+    window.jupyterapp.commands.execute('notebook:run-all-below');
+}"""
+SESSION_CELLS = [
+    "%load_ext notebook_launcher",
+    "%%distributed -n 2\n"
+    "import time, torch\n"
+    "from notebook_launcher import PartialState\n"
+    "rank = PartialState().process_index\n"
+    "torch.manual_seed(0)\n"
+    "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 2))",
+    "%%distributed\n"
+    "loss = model(torch.randn(4, 8)).sum()\n"
+    "if rank == 1:\n"
+    "    time.sleep(0.3)  # rank 0 waits in the gradients' all-reduce meanwhile\n"
+    "    raise ValueError('batch 7 has the wrong shape')\n"
+    "loss.backward()",
+    "%%distributed\nmodel(torch.randn(4, 8)).sum().backward()\nrank",
+    "%distributed close",
+]
+
+
+@pytest.mark.timeout(300)
+def test_a_failing_session_cell_shows_a_short_error_and_the_session_goes_on(tmp_path, shots):
+    with notebook_page(tmp_path, SESSION_CELLS, name="session.ipynb") as (_, page):
+        run_all(page)  # runs up to the failing cell
+        cells = page.locator(".jp-Cell")
+        failed = cells.nth(2).locator(".jp-OutputArea")
+        stderr = failed.locator('[data-mime-type="application/vnd.jupyter.stderr"]')
+        stderr.last.wait_for(timeout=120_000)
+        page.evaluate(RUN_BELOW, 3)
+        cells.nth(3).locator(".jp-OutputArea-output").last.wait_for(timeout=120_000)
+        error = stderr.last.inner_text()
+        lines = error.strip().splitlines()
+        # The headline once; the rank's traceback in this cell; what was stopped; what is left.
+        assert lines[0] == "ValueError: batch 7 has the wrong shape", error
+        assert error.count("batch 7 has the wrong shape") == 2, error  # headline, source line
+        assert lines[1].startswith("Raised on rank 1 (pid "), error
+        assert re.fullmatch(r"  Cell In\[\d+\], line 5, in <module>", lines[2]), error
+        assert "The call was stopped on rank 0." in lines, error
+        assert lines[-1].startswith("The session is still usable"), error
+        assert "1 DistributedDataParallel model moved onto it" in lines[-1], error
+        assert "get_ipython" not in error and "notebook_launcher/" not in error, error
+        shoot(failed, "session-error.png", shots)
+        # The same model trains on in the next cell.
+        assert "[0, 1]" in cells.nth(3).locator(".jp-OutputArea").inner_text()
