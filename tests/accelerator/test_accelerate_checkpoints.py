@@ -514,3 +514,17 @@ def test_loader_positions_in_checkpoints_of_two_ranks_interchange(tmp_path, save
             _next_batches, (package, *args, True, dispatched), num_processes=2, ui="none"
         )
         assert list(loaded) == [_expected_next(stateful, 2, dispatched)] * 2, package
+
+
+def test_stateful_loaders_states_in_the_rng_file_are_read_by_accelerates_loader(tmp_path):
+    # Accelerate reads random_states_<rank>.pkl with weights_only=True, and skips all of it
+    # (silently) if that fails: the loaders' states kept there must read so too.
+    directory = str(tmp_path / "ckpt")
+    _next_batches("ours", directory, stateful=True, load=False, dispatched=True)
+    from accelerate.utils import load
+
+    states = load(os.path.join(directory, "random_states_0.pkl"))
+    shard, dispatcher = states["dataloader_states"]
+    assert shard["in_epoch"] and dispatcher["in_epoch"]
+    assert torch.equal(dispatcher["pad"], torch.tensor([[0.0, 1.0]]))  # the epoch's first sample
+    assert load(os.path.join(directory, "dl_state_dict_1.bin")) == dispatcher["loader"]
