@@ -4,8 +4,8 @@
 optimizers, schedulers and loaders; ``gradients`` is the gradient step (backward, accumulation,
 scaling, clipping); ``processes`` reaches the other processes (collectives, joins, triggers);
 ``checkpoints`` saves and loads training states and models (``files``: their layout on disk);
-``trackers`` records a run (experiment trackers, the profiler). ``optimizer``, ``scheduler``,
-``precision`` and ``resumable`` are the wrappers the parts put around the user's objects.
+``trackers`` records a run (experiment trackers, the profiler). ``optimizer``, ``scheduler`` and
+``precision`` are the wrappers the parts put around the user's objects.
 """
 
 from __future__ import annotations

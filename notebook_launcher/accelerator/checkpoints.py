@@ -42,6 +42,8 @@ class Checkpoints:
         prepared: the objects the Accelerator prepared (shared).
         gradients: its gradient step (the scaler and the accumulation step are saved too).
         project_configuration: where checkpoints go and how they are named.
+        exact_resume: whether checkpoints resume exactly where the run stood (asked at each
+            save and load: the Accelerator's ``use_stateful_dataloader``).
     """
 
     def __init__(
@@ -50,11 +52,13 @@ class Checkpoints:
         prepared: Prepared,
         gradients: GradientStep,
         project_configuration: ProjectConfiguration,
+        exact_resume: Callable[[], bool] = lambda: False,
     ) -> None:
         self.state = state
         self.prepared = prepared
         self.gradients = gradients
         self.project_configuration = project_configuration
+        self.exact_resume = exact_resume
         self._save_hooks: OrderedDict[int, Any] = OrderedDict()
         self._load_hooks: OrderedDict[int, Any] = OrderedDict()
 
@@ -114,11 +118,13 @@ class Checkpoints:
 
     def _objects(self) -> TrainingObjects:
         step = self.gradients
+        exact = bool(self.exact_resume())
         return TrainingObjects(
             self.prepared,
             step.scaler,
             step.step,
-            gradients=not step.gradient_state.sync_gradients,
+            exact=exact,
+            gradients=exact and not step.gradient_state.sync_gradients,
         )
 
     def save_state(
@@ -127,11 +133,18 @@ class Checkpoints:
         safe_serialization: bool = True,
         **save_model_func_kwargs: Any,
     ) -> str:
-        """Save everything needed to resume exactly: call it on every process.
+        """Save the training state (models, optimizers, schedulers, scaler, registered objects,
+        random states): call it on every process.
 
         Hooks of :meth:`register_save_state_pre_hook` run first, with the models' state dicts.
-        The directory has Accelerate's layout, so Accelerate's ``load_state`` reads it (and
-        :meth:`load_state` reads Accelerate's).
+        The directory holds the files Accelerate's ``save_state`` writes, so Accelerate's
+        ``load_state`` reads it (and :meth:`load_state` reads Accelerate's).
+
+        As in Accelerate, a prepared loader's position in its epoch is saved only with
+        ``DataLoaderConfiguration(use_stateful_dataloader=True)``: then torchdata's state of
+        each loader goes to ``dl_state_dict.bin`` (``dl_state_dict_1.bin`` ...), and
+        ``load_state`` resumes the loader at the batch after the one in use. Without it, the
+        code that resumes skips the batches already seen itself (``skip_first_batches``).
 
         Args:
             output_dir: the directory (None with automatic checkpoint naming).
@@ -146,6 +159,19 @@ class Checkpoints:
         Raises:
             TypeError: ``output_dir`` is not a path.
             ValueError: no ``output_dir`` and no automatic checkpoint naming.
+
+        Note:
+            Differences from Accelerate with ``use_stateful_dataloader=True`` (without it, the
+            files and their contents are Accelerate's): ``dl_state_dict.bin`` is written by
+            the main process alone (Accelerate has every process write it, and the other
+            processes of a ``DataLoaderDispatcher`` hold no position); each process's
+            ``random_states_<rank>.pkl`` also holds, under ``"dataloader_states"``, its loaders'
+            full states: the random states at the start of the epoch, so that the resumed
+            epoch draws the order of the uninterrupted one (Accelerate's draws it again from
+            the states at the save), and the samples a dispatcher completes its last batch
+            with; a checkpoint saved inside a gradient accumulation window also holds the
+            gradients accumulated so far (``gradients_<rank>.bin``). Accelerate's
+            ``load_state`` ignores these.
         """
         check_bool("safe_serialization", safe_serialization)
         config = self.project_configuration
@@ -187,10 +213,13 @@ class Checkpoints:
         load_kwargs: dict | None = None,
         **load_model_func_kwargs: Any,
     ) -> None:
-        """Restore what :meth:`save_state` wrote; the next batch is the one after the checkpoint.
+        """Restore what :meth:`save_state` wrote.
 
         Hooks of :meth:`register_load_state_pre_hook` run first, and choose the models filled.
-        A checkpoint written by Accelerate's ``save_state`` loads too.
+        A checkpoint written by Accelerate's ``save_state`` loads too. As in Accelerate, the
+        prepared loaders are moved to the saved position only with
+        ``use_stateful_dataloader=True`` (their next batch is then the one after the
+        checkpoint's); otherwise they are left where they are.
 
         Args:
             input_dir: the directory (None: the latest automatic checkpoint).

@@ -31,8 +31,9 @@ class DataLoaderConfiguration(KwargsHandler):
         data_seed: the seed of that sampler (None: torch's initial seed).
         non_blocking: non-blocking device transfers.
         use_stateful_dataloader: build prepared loaders on torchdata's ``StatefulDataLoader``
-            (needs ``torchdata``; not with ``dispatch_batches``); ``save_state`` records its
-            state and ``load_state`` resumes it mid-epoch.
+            (needs ``torchdata``); ``save_state`` records their state and ``load_state``
+            resumes them mid-epoch. Without it, as in Accelerate, a checkpoint holds no
+            loader position.
     """
 
     split_batches: bool = False

@@ -42,7 +42,6 @@ from .precision import check_autocast, make_scaler
 from .preparation import Preparation
 from .prepared import Prepared
 from .processes import Processes
-from .resumable import make_resumable
 from .trackers import Trackers, add_notebook_tracker, resolve_trackers
 
 
@@ -107,9 +106,11 @@ class Accelerator:
         process, the notebook tracker logs every rank; Accelerate's tracker objects and classes
         run on the main process only, as in Accelerate); tracker names without an adapter here
         are refused when the Accelerator is created; ``fp16`` on a device that cannot autocast to it
-        fails at construction rather than silently running in full precision; ``save_state``
-        also records each prepared loader's position in its epoch, and ``load_state`` resumes
-        there, so no ``skip_first_batches`` is needed.
+        fails at construction rather than silently running in full precision; with
+        ``use_stateful_dataloader=True``, ``save_state``/``load_state`` resume exactly where
+        the run stood (see :meth:`save_state`); without it, as in Accelerate, a prepared
+        loader's position is not saved (skip the batches already seen with
+        ``skip_first_batches``).
     """
 
     def __init__(
@@ -201,7 +202,11 @@ class Accelerator:
             self.state, self.gradient_state, self._prepared, self.dataloader_config
         )
         self._checkpoints = Checkpoints(
-            self.state, self._prepared, self._gradients, self.project_configuration
+            self.state,
+            self._prepared,
+            self._gradients,
+            self.project_configuration,
+            exact_resume=lambda: self.use_stateful_dataloader,
         )
         self._trackers = Trackers(
             self.state, self.log_with, self.project_configuration, self.profile_handler
@@ -271,7 +276,7 @@ class Accelerator:
 
     def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
         """A loader like ``dataloader`` that starts after its first ``num_batches`` batches."""
-        return make_resumable(_skip_first_batches(dataloader, num_batches))
+        return _skip_first_batches(dataloader, num_batches)
 
     @property
     def multi_device(self) -> bool:

@@ -4,10 +4,17 @@ Layout of a checkpoint directory (the names Accelerate uses where it has them):
 
 - ``model.safetensors`` / ``model_1.safetensors`` ... (``pytorch_model.bin`` ... without
   safetensors), ``optimizer.bin``, ``scheduler.bin``, ``scaler.pt``,
-  ``custom_checkpoint_0.pkl`` ...: written once (by each node's main process with
-  ``save_on_each_node``);
-- ``random_states_<rank>.pkl`` and ``dataloader_<i>_<rank>.bin``: one per process, since each
-  process has its own random generators.
+  ``custom_checkpoint_0.pkl`` ... and, for loaders built on torchdata's ``StatefulDataLoader``
+  only, ``dl_state_dict.bin``, ``dl_state_dict_1.bin`` ... (torchdata's state): written once
+  (by each node's main process with ``save_on_each_node``);
+- ``random_states_<rank>.pkl``: one per process, since each process has its own random
+  generators. Where some loaders are stateful, it also holds their full states (this process's
+  own, with the random states at their epoch's start) under ``"dataloader_states"``, a key
+  Accelerate does not read; an exact resume (``TrainingObjects.exact``) saved inside an
+  accumulation window adds ``gradients_<rank>.bin``.
+
+No other file: without stateful loaders and outside an accumulation window (or without an
+exact resume), the directory holds the files Accelerate's ``save_state`` writes.
 
 Model weights are written as the state dicts of the models inside the DistributedDataParallel
 and ``torch.compile`` wrappers (no ``module.`` or ``_orig_mod.`` prefix), and the random states
@@ -29,16 +36,17 @@ from typing import Any
 
 import torch
 
+from ..data.stateful import is_stateful
 from ..ops.modeling import extract_model_from_parallel
 from ..ops.saving import save
 from ..state.partial import PartialState
 from ..utils.validation import invalid
 from .prepared import Prepared
-from .resumable import is_resumable, is_stateful
 
 MODEL_NAME = "pytorch_model"
 SAFE_MODEL_NAME = "model"
 RNG_STATE_NAME = "random_states"
+LOADER_STATES = "dataloader_states"  # in the random states file: the stateful loaders' states
 SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 WEIGHTS_INDEX_NAME = "pytorch_model.bin.index.json"
 # Decimal units as Accelerate (via huggingface_hub) reads them, plus the binary ones.
@@ -63,6 +71,7 @@ class TrainingObjects:
     prepared: Prepared = field(default_factory=Prepared)
     scaler: Any = None
     step: int = 0  # batches into the current accumulation window
+    exact: bool = False  # an exact resume: the gradients of a window are restored too
     gradients: bool = False  # save the gradients accumulated so far (saved mid-window)
     # The state dicts written as model files, in file order (None: every model's own).
     weights: list[Any] | None = None
@@ -192,19 +201,22 @@ def save_training_state(
         for i, item in enumerate(objects.prepared.custom_objects):
             torch.save(item.state_dict(), os.path.join(output_dir, f"custom_checkpoint_{i}.pkl"))
     rank = state.process_index
-    for i, loader in enumerate(objects.prepared.dataloaders):
-        if is_resumable(loader):
-            path = os.path.join(output_dir, f"dataloader_{i}_{rank}.bin")
-            saved = loader.state_dict()
-            torch.save(saved, path)
-            if shared and is_stateful(loader) and saved["loader"] is not None:
-                # torchdata's part under Accelerate's name, for Accelerate's load_state.
-                torch.save(saved["loader"], os.path.join(output_dir, _stateful_file(i)))
+    loaders = [
+        loader.state_dict() if is_stateful(loader) else None
+        for loader in objects.prepared.dataloaders
+    ]
+    for i, saved in enumerate(loaders):
+        if shared and saved is not None:
+            # torchdata's part, under Accelerate's name: what Accelerate's load_state reads
+            # (an empty state, out of an epoch, starts the next one).
+            torch.save(saved["loader"] or {}, os.path.join(output_dir, _stateful_file(i)))
     if objects.gradients:
         grads = [_grads(model) for model in objects.prepared.models]
         torch.save(grads, os.path.join(output_dir, f"gradients_{rank}.bin"))
     # Last, so that nothing above (a state_dict() that draws) shifts the saved generators.
     states = {"step": objects.step, **capture_rng_states()}
+    if any(saved is not None for saved in loaders):
+        states[LOADER_STATES] = loaders
     torch.save(states, os.path.join(output_dir, f"{RNG_STATE_NAME}_{rank}.pkl"))
     state.wait_for_everyone()
     return output_dir
@@ -321,28 +333,37 @@ def load_training_state(
     for i, item in enumerate(objects.prepared.custom_objects):
         item.load_state_dict(_load(os.path.join(input_dir, f"custom_checkpoint_{i}.pkl"), "cpu"))
     rank = state.process_index
-    for i, loader in enumerate(objects.prepared.dataloaders):
-        path = os.path.join(input_dir, f"dataloader_{i}_{rank}.bin")
-        accelerates = os.path.join(input_dir, _stateful_file(i))
-        if is_resumable(loader) and os.path.exists(path):
-            loader.load_state_dict(_load(path, "cpu"))
-        elif is_stateful(loader) and os.path.exists(accelerates):  # saved by Accelerate
-            loader.load_state_dict(_load(accelerates, "cpu"))
-    grads_path = os.path.join(input_dir, f"gradients_{rank}.bin")
-    saved_grads = _load(grads_path, "cpu") if os.path.exists(grads_path) else None
-    for i, model in enumerate(objects.prepared.models):
-        params = list(extract_model_from_parallel(model).parameters())
-        grads = saved_grads[i] if saved_grads else [None] * len(params)
-        for param, grad in zip(params, grads, strict=True):
-            param.grad = None if grad is None else grad.to(param.device)
     rng_path = os.path.join(input_dir, f"{RNG_STATE_NAME}_{rank}.pkl")
     if not os.path.exists(rng_path):
         raise FileNotFoundError(
             f"{rng_path} is missing: the checkpoint was saved by fewer processes than this job has"
         )
     states = read_rng_file(rng_path)
+    _load_loaders(input_dir, objects.prepared.dataloaders, states.get(LOADER_STATES) or [])
+    if objects.exact:
+        grads_path = os.path.join(input_dir, f"gradients_{rank}.bin")
+        saved_grads = _load(grads_path, "cpu") if os.path.exists(grads_path) else None
+        for i, model in enumerate(objects.prepared.models):
+            params = list(extract_model_from_parallel(model).parameters())
+            grads = saved_grads[i] if saved_grads else [None] * len(params)
+            for param, grad in zip(params, grads, strict=True):
+                param.grad = None if grad is None else grad.to(param.device)
     restore_rng_states(states)
     return int(states.get("step", 0))
+
+
+def _load_loaders(input_dir: str, loaders: list[Any], saved: list[Any]) -> None:
+    """Move the stateful ``loaders`` to their saved positions (others are left alone, as in
+    Accelerate): from this process's full states ``saved``, else from torchdata's states
+    (``dl_state_dict.bin`` ..., as Accelerate saves them)."""
+    for i, loader in enumerate(loaders):
+        if not is_stateful(loader):
+            continue
+        accelerates = os.path.join(input_dir, _stateful_file(i))
+        if i < len(saved) and saved[i] is not None:
+            loader.load_state_dict(saved[i])
+        elif os.path.exists(accelerates):
+            loader.load_state_dict(_load(accelerates, "cpu"))
 
 
 def checkpoint_dirs(project_dir: str) -> list[str]:

@@ -15,7 +15,6 @@ from ..utils.validation import check_bool, invalid
 from .optimizer import AcceleratedOptimizer
 from .precision import wrap_forward
 from .prepared import Prepared
-from .resumable import make_resumable
 from .scheduler import AcceleratedScheduler
 
 
@@ -190,6 +189,5 @@ class Preparation:
             non_blocking=config.non_blocking,
             use_stateful_dataloader=config.use_stateful_dataloader,
         )
-        loader = make_resumable(loader)
         self.prepared.dataloaders.append(loader)
         return loader

@@ -7,6 +7,7 @@ classes below are its building blocks, with the names and semantics of Accelerat
 
 from __future__ import annotations
 
+from . import stateful  # noqa: F401  (registers the StatefulDataLoader flavours)
 from .dispatch import DataLoaderDispatcher
 from .iterable import IterableDatasetShard
 from .loaders import DataLoaderShard, DataLoaderStateMixin, get_sampler

@@ -34,7 +34,9 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
         split_batches: cut each batch of the loader into pieces (the observed batch size stays
             that of the loader) instead of giving each process whole batches.
         skip_batches: batches to skip at the start of each iteration.
-        use_stateful_dataloader: not supported (NotImplementedError).
+        use_stateful_dataloader: build the loader on torchdata's ``StatefulDataLoader``, whose
+            ``state_dict()``/``load_state_dict()`` resume mid-epoch (the object is then of its
+            subclass ``StatefulDataLoaderDispatcher``; see :mod:`notebook_launcher.data.stateful`).
         _drop_last: whether the loader drops its last batch.
         _non_blocking: non-blocking device transfers.
         slice_fn: ``slice_fn(batch, slice, process_index=, num_processes=)`` cutting a batch
@@ -64,11 +66,11 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
         iteration: int = 0,
         **kwargs: Any,
     ) -> None:
-        refuse_unsupported(use_stateful_dataloader, torch_device_mesh)
+        check_bool("use_stateful_dataloader", use_stateful_dataloader)
+        refuse_unsupported(torch_device_mesh)
         super().__init__(dataset, **kwargs)
         self.split_batches = check_bool("split_batches", split_batches)
         self.skip_batches = check_int("skip_batches", skip_batches, 0)
-        self.use_stateful_dataloader = False
         self._drop_last = check_bool("_drop_last", _drop_last)
         self._non_blocking = check_bool("_non_blocking", _non_blocking)
         self.slice_fn = check_optional_callable("slice_fn", slice_fn) or slice_tensors
@@ -84,18 +86,31 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
         self.begin()
         try:
             self.set_epoch(self.iteration)
-            reads = state.process_index == 0 or (
-                _IterDataPipe is not None and isinstance(self.dataset, _IterDataPipe)
-            )
-            source = super().__iter__() if reads else iter(())
+            source = self._source() if self._reads(state) else iter(())
             yield from self._pieces(source, state)
             self.iteration += 1
         finally:
             self.end()
 
+    def _reads(self, state: PartialState) -> bool:
+        """Whether this process iterates the loader underneath (process 0, and every process
+        for a DataPipe, whose iterator shares a seed across processes when it is created)."""
+        return state.process_index == 0 or (
+            _IterDataPipe is not None and isinstance(self.dataset, _IterDataPipe)
+        )
+
+    def _source(self) -> Iterator[Any]:
+        """The batches of an epoch, from the loader class underneath."""
+        return super().__iter__()
+
+    def _first_pad(self) -> Any:
+        """What completes the epoch's last batch before its first batch is read (None: the
+        first samples of that batch)."""
+        return None
+
     def _pieces(self, source: Iterator[Any], state: PartialState) -> Iterator[Any]:
         n, rank = state.num_processes, state.process_index
-        pad = None
+        self._pad = self._first_pad()
         current = self._fetch(source, state)
         index = 0
         while current is not None:
@@ -106,20 +121,20 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
                     "dispatch_batches needs batches holding at least one tensor with a first "
                     f"(batch) dimension, got {type(current).__name__}: pass dispatch_batches=False"
                 )
-            if pad is None and not self._drop_last:
-                pad = slice_tensors(current, slice(0, n))
+            if self._pad is None and not self._drop_last:
+                self._pad = slice_tensors(current, slice(0, n))
             if upcoming is None:
                 self.end_of_dataloader = True
                 if not self._drop_last:
                     self.remainder = size
             if size % n:
-                if upcoming is not None or pad is None:
+                if upcoming is not None or self._pad is None:
                     raise ValueError(
                         f"a batch of {size} samples cannot be cut into {n} equal pieces: batches "
                         "before the last must have a size that is a multiple of the processes; "
                         "pass dispatch_batches=False"
                     )
-                current = self._complete(current, pad, n - size % n)
+                current = self._complete(current, self._pad, n - size % n)
                 size += n - size % n
             per = size // n
             piece = self.slice_fn(

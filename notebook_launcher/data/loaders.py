@@ -98,17 +98,8 @@ def check_device(name: str, device: Any) -> torch.device | None:
         raise invalid(name, device, "expected a torch.device, a device name or None", TypeError)
 
 
-def refuse_unsupported(
-    use_stateful_dataloader: Any, torch_device_mesh: Any, stateful_here: bool = False
-) -> None:
-    """Raise for the options this package does not implement (``stateful_here``: the loader
-    being made takes ``use_stateful_dataloader=True``)."""
-    if check_bool("use_stateful_dataloader", use_stateful_dataloader) and not stateful_here:
-        raise NotImplementedError(
-            "use_stateful_dataloader=True is supported by prepare_data_loader and "
-            "DataLoaderShard only (not with dispatch_batches, which broadcasts batches from "
-            "process 0, nor by skip_first_batches): leave it False there"
-        )
+def refuse_unsupported(torch_device_mesh: Any) -> None:
+    """Raise for the option this package does not implement: a device mesh."""
     if torch_device_mesh is not None:
         raise NotImplementedError(
             "torch_device_mesh: tensor/context parallelism is out of scope of notebook_launcher, "
@@ -160,7 +151,19 @@ class DataLoaderStateMixin:
 
 
 class PreparedLoaderMixin(DataLoaderStateMixin):
-    """Epoch and sampler access shared by the prepared loaders (on top of the state flags)."""
+    """Epoch and sampler access shared by the prepared loaders (on top of the state flags).
+
+    As in Accelerate, ``DataLoaderShard(..., use_stateful_dataloader=True)`` (and the same for
+    ``DataLoaderDispatcher``) is a loader built on torchdata's ``StatefulDataLoader``: an
+    object of that class's flavour registered in :data:`STATEFUL_FLAVOURS`.
+    """
+
+    use_stateful_dataloader = False  # True in the StatefulDataLoader flavours
+
+    def __new__(cls, *args: Any, use_stateful_dataloader: bool = False, **kwargs: Any) -> Any:
+        if use_stateful_dataloader is True and cls in STATEFUL_FLAVOURS:
+            cls = STATEFUL_FLAVOURS[cls]()
+        return super().__new__(cls)
 
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch`` from now on, in the samplers and dataset that have ``set_epoch`` too."""
@@ -228,7 +231,8 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
         iteration: int = 0,
         **kwargs: Any,
     ) -> None:
-        refuse_unsupported(use_stateful_dataloader, torch_device_mesh, stateful_here=True)
+        check_bool("use_stateful_dataloader", use_stateful_dataloader)
+        refuse_unsupported(torch_device_mesh)
         if synchronized_generator is not None and not isinstance(
             synchronized_generator, torch.Generator
         ):
@@ -246,16 +250,6 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
         self._drop_last = check_bool("_drop_last", _drop_last)
         self._non_blocking = check_bool("_non_blocking", _non_blocking)
         self.iteration = check_int("iteration", iteration, 0)
-
-    use_stateful_dataloader = False  # True in the StatefulDataLoader flavour
-
-    def __new__(cls, *args: Any, use_stateful_dataloader: bool = False, **kwargs: Any) -> Any:
-        # As in Accelerate, DataLoaderShard(..., use_stateful_dataloader=True) is a loader built
-        # on torchdata's StatefulDataLoader: its flavour of this class (data.stateful registers
-        # it, so that this module need not import that one).
-        if use_stateful_dataloader is True and cls is DataLoaderShard:
-            cls = STATEFUL_FLAVOUR[0]()
-        return super().__new__(cls)
 
     def _source(self) -> Iterator[Any]:
         """The batches of an epoch, from the loader class underneath."""
@@ -333,12 +327,9 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
         return len(self.dataset)
 
 
-# Its parameters are __init__'s (not __new__'s catch-all), as Accelerate's class shows them.
-DataLoaderShard.__dict__["__new__"].__func__.__signature__ = inspect.signature(
-    DataLoaderShard.__init__
-)
-# The factory of DataLoaderShard's StatefulDataLoader flavour, set by ``data.stateful``.
-STATEFUL_FLAVOUR: list[Any] = []
+# The factories of the StatefulDataLoader flavours of the prepared loader classes, by class: set
+# by ``data.stateful``, so that this module need not import that one (nor torchdata).
+STATEFUL_FLAVOURS: dict[type, Any] = {}
 
 
 def set_sampler(dataloader: DataLoader, sampler: Any) -> None:

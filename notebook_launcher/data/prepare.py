@@ -29,7 +29,6 @@ from .loaders import (
     refuse_unsupported,
 )
 from .samplers import BatchSamplerShard, SeedableRandomSampler
-from .stateful import stateful_loader_class
 from .xla_loader import load_through_mp_device_loader
 
 
@@ -157,7 +156,7 @@ def prepare_data_loader(
         non_blocking: non-blocking device transfers (useful with ``pin_memory=True``).
         use_stateful_dataloader: build the loader on torchdata's ``StatefulDataLoader`` (needs
             ``torchdata``): its ``state_dict()`` and ``load_state_dict()`` resume mid-epoch
-            at the batch after the one in use. Not with ``dispatch_batches``.
+            at the batch after the one in use (with ``dispatch_batches`` too).
         torch_device_mesh: not supported (NotImplementedError if given).
 
     Returns:
@@ -203,7 +202,7 @@ def prepare_data_loader(
     if data_seed is not None:
         check_int("data_seed", data_seed)
     stateful = check_bool("use_stateful_dataloader", use_stateful_dataloader)
-    refuse_unsupported(False, torch_device_mesh)
+    refuse_unsupported(torch_device_mesh)
     n, p = _processes(num_processes, process_index)
     iterable = isinstance(dataloader.dataset, IterableDataset)
     xla = put_on_device and _on_xla(device)
@@ -218,7 +217,6 @@ def prepare_data_loader(
         dispatch_batches = put_on_device and iterable and not xla
     if dispatch_batches:
         _check_dispatch(put_on_device, n, p)
-        refuse_unsupported(stateful, None)
     if put_on_device and device is None:
         device = PartialState().device
     if split_batches:
@@ -249,6 +247,7 @@ def prepare_data_loader(
             _drop_last=dataloader.drop_last,
             _non_blocking=non_blocking,
             slice_fn=slice_fn_for_dispatch,
+            use_stateful_dataloader=stateful,
             **_sampling(dataloader, batches, dataloader.batch_size),
             **kwargs,
         )
@@ -268,8 +267,7 @@ def prepare_data_loader(
         batch_size = dataloader.batch_size
         if shard:
             batches = BatchSamplerShard(batches, n, p, split_batches, even_batches)
-    loader_class = stateful_loader_class() if stateful else DataLoaderShard
-    loader = loader_class(
+    loader = DataLoaderShard(
         dataset,
         use_stateful_dataloader=stateful,
         device=device if put_on_device else None,

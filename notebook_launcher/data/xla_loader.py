@@ -4,7 +4,7 @@ On an XLA device :func:`~notebook_launcher.data.prepare_data_loader` still retur
 :class:`~notebook_launcher.data.DataLoaderShard`, so the loader keeps everything it has
 elsewhere: ``len()``, ``batch_size``, ``total_batch_size``, ``total_dataset_length``,
 ``set_epoch``, ``end_of_dataloader`` and ``remainder`` as :class:`GradientState` reads them (hence
-``gather_for_metrics``), ``skip_first_batches`` and the Accelerator's resumable ``state_dict``.
+``gather_for_metrics``) and ``skip_first_batches``.
 Only where the batches of an epoch come from changes. ``DataLoader.__iter__`` asks
 ``self._get_iterator()`` for that iterator; :func:`load_through_mp_device_loader` gives the loader
 its own ``_get_iterator``, an :class:`MpDeviceRoute`. Each epoch then runs:

@@ -7,7 +7,7 @@ import random
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from notebook_launcher import notebook_launcher, set_seed
+from notebook_launcher import DataLoaderConfiguration, notebook_launcher, set_seed
 from notebook_launcher.accelerator import Accelerator
 
 
@@ -85,9 +85,14 @@ def test_ddp_matches_one_process_on_the_global_batch_and_steps_only_on_sync_step
 
 
 def resumable_run(directory, stop_at):
-    """Train 2 epochs (fp16, dropout, shuffling, accumulation); save or resume at ``stop_at``."""
+    """Train 2 epochs (fp16, dropout, shuffling, accumulation); save or resume at ``stop_at``,
+    with stateful loaders (the loader's position is saved)."""
     set_seed(11)
-    accelerator = Accelerator(mixed_precision="fp16", gradient_accumulation_steps=2)
+    accelerator = Accelerator(
+        mixed_precision="fp16",
+        gradient_accumulation_steps=2,
+        dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True),
+    )
     model = torch.nn.Sequential(
         torch.nn.Linear(6, 16), torch.nn.Dropout(0.3), torch.nn.Linear(16, 1)
     )

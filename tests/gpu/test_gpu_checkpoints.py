@@ -13,7 +13,12 @@ import torch
 from gpu_support import NEEDS_GPU, make_loader, make_model
 from safetensors.torch import load_file
 
-from notebook_launcher import Accelerator, GradScalerKwargs, notebook_launcher
+from notebook_launcher import (
+    Accelerator,
+    DataLoaderConfiguration,
+    GradScalerKwargs,
+    notebook_launcher,
+)
 
 pytestmark = NEEDS_GPU
 
@@ -21,7 +26,12 @@ pytestmark = NEEDS_GPU
 def _objects(precision):
     # A scale at which no step overflows, so that every step counts (and the scheduler moves).
     scaler = GradScalerKwargs(init_scale=256.0)
-    accelerator = Accelerator(mixed_precision=precision, kwargs_handlers=[scaler])
+    accelerator = Accelerator(
+        mixed_precision=precision,
+        kwargs_handlers=[scaler],
+        # The loader's position is saved and resumed (without it, as in Accelerate, it is not).
+        dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True),
+    )
     model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
@@ -88,6 +98,7 @@ def test_save_state_with_cuda_tensors_and_load_state_in_a_new_job(tmp_path):
     assert saved["scale"] == 256.0 and saved["lr"] == 0.0025  # 4 steps: halved twice
     files = set(os.listdir(folder))
     assert {"model.safetensors", "optimizer.bin", "scheduler.bin", "scaler.pt"} <= files
+    assert "dl_state_dict.bin" in files
     assert "random_states_0.pkl" in files
 
     loaded = notebook_launcher(load_on_the_gpu, args=(folder,), num_processes=1, ui="none").main
