@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import faulthandler
+import gc
 import os
 import sys
 import time
@@ -142,9 +143,14 @@ def run_worker(
 ) -> None:
     """Entry point of every worker process (the target of ``Process``); a session's worker also
     gets the read end of its command pipe."""
+    forked = spec.start_method == "fork"
+    if forked:
+        # Everything inherited from the kernel stays out of this process's garbage collections:
+        # a collection would walk (and so copy, page by page) the kernel's whole heap, tens of
+        # milliseconds per worker, and those objects are the kernel's to free.
+        gc.freeze()
     die_with_parent(spec.parent_pid)
     stopping.stop_on_signal()
-    forked = spec.start_method == "fork"
     if forked:
         stopping.forget_inherited_exit_handlers()
     redirect_streams(stdout_conn, stderr_conn)
