@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import keyword
+import os
 import threading
 import time
 import weakref
@@ -19,9 +20,7 @@ from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import Any
 
-import cloudpickle
-
-from ..protocol import names
+from ..protocol import names, results
 from ..protocol import session as protocol
 from ..protocol.events import WorkerStarted
 from ..protocol.session import Command
@@ -31,6 +30,7 @@ from . import exclusive
 from .errors import SessionBrokenError, SessionClosedError, add_note, shown_as_argument_errors
 from .group import WorkerGroup
 from .launchers import LAUNCHERS
+from .oom import oom_kills
 from .output import OutputSink
 from .planner import plan_launch
 from .preflight import find_unpicklable, run_preflight
@@ -130,6 +130,9 @@ class Session:
         self._claimed = False
         self._starts = 0  # each start has its own watcher thread, which ends with it
         self._ending: threading.Thread | None = None  # stopping a broken session's workers
+        # The out-of-memory kill counters, read between calls (by the idle watcher) rather than
+        # on every call: what a rank's SIGKILL is compared with.
+        self._oom_baseline = oom_kills()
         self._start()
 
     # -- what users call --------------------------------------------------------------------
@@ -192,7 +195,7 @@ class Session:
             if timeout is not None:
                 check_number("timeout", timeout, positive=True)
         name = filename or f"<session exec {self._calls + 1}>"
-        body = cloudpickle.dumps((source, name))
+        body = _pickled((source, name), {})
         return self._call(
             protocol.EXEC, body, timeout if timeout is not None else self.settings.timeout
         )
@@ -211,7 +214,7 @@ class Session:
         """Every rank's value of ``name`` in its namespace, in rank order."""
         with shown_as_argument_errors():
             _check_name(name)
-        return self._call(protocol.PULL, cloudpickle.dumps(name), self.settings.timeout).values
+        return self._call(protocol.PULL, _pickled(name, {}), self.settings.timeout).values
 
     def restart(self) -> None:
         """Stop the workers and start new ones with the same settings. Every rank's state (its
@@ -281,7 +284,7 @@ class Session:
             attempt.workers_started()
             self._state = "alive"
             _open.add(self)
-            supervisor = CallSupervisor(self._group, plan, 0)
+            supervisor = CallSupervisor(self._group, plan, 0, self._oom_baseline)
             self._group.listeners = (supervisor.on_event,)
             supervisor.run_call(time.monotonic() + self.start_timeout)
         except BaseException:
@@ -350,7 +353,13 @@ class Session:
             )
         return self._group
 
-    def _call(self, kind: str, body: bytes, timeout: float | None) -> LaunchResult:
+    def _call(self, kind: str, body: Body, timeout: float | None) -> LaunchResult:
+        try:
+            return self._call_with(kind, body.data, timeout)
+        finally:
+            body.release()
+
+    def _call_with(self, kind: str, body: bytes, timeout: float | None) -> LaunchResult:
         with self._lock:
             group = self._usable()
             self._idle.clear()
@@ -358,7 +367,7 @@ class Session:
             try:
                 self._calls += 1
                 plan = self._plan
-                supervisor = CallSupervisor(group, plan, self._calls)
+                supervisor = CallSupervisor(group, plan, self._calls, self._oom_baseline)
                 if self.settings.ui != "none" and kind in (protocol.RUN, protocol.EXEC):
                     view = create_view(self.settings.ui, plan.num_processes, plan.output)
                 group.listeners = (supervisor.on_event, *((view,) if view else ()))
@@ -432,6 +441,7 @@ class Session:
             ready = wait(group.waitables(), IDLE_CHECK)
         except (OSError, ValueError):  # pipes closed by a close() meanwhile
             return self._state == "alive"
+        self._oom_baseline = oom_kills()
         if not ready or not self._lock.acquire(timeout=0.05):
             return True
         try:
@@ -493,11 +503,26 @@ PICKLE_ADVICE = (
 )
 
 
-def _pickled(value: Any, parts: dict[str, Any]) -> bytes:
-    """``value`` cloudpickled; else a TypeError naming the part of it (of ``parts``) that
-    cannot be."""
+class Body:
+    """What a call sends every rank: ``value`` pickled by value once for all of them, its large
+    pieces (tensors, arrays of 1 MB and more) in shared-memory files that every rank maps, which
+    :meth:`release` removes once the call has ended. The files are named after the kernel, so
+    those of a kernel killed meanwhile are removed by the next launch or session."""
+
+    def __init__(self, value: Any) -> None:
+        self.data, self.paths = results.share(value, os.getpid())
+
+    def release(self) -> None:
+        for path in self.paths:
+            names.remove(path)
+        self.paths = ()
+
+
+def _pickled(value: Any, parts: dict[str, Any]) -> Body:
+    """``value`` pickled for every rank; else a TypeError naming the part of it (of
+    ``parts``) that cannot be."""
     try:
-        return cloudpickle.dumps(value)
+        return Body(value)
     except Exception as error:
         for name, part in parts.items():
             problem = find_unpicklable(part, name)

@@ -25,6 +25,7 @@ import cloudpickle
 import torch
 
 from . import names
+from .by_value import faster_function_pickling
 
 MIN_SHARED_BYTES = 1 << 20  # smaller pieces travel inside the pickle
 _STORAGE = "storage"  # the kind of persistent id a shared storage is pickled as
@@ -55,9 +56,7 @@ class _Writer:
             path = self._new_file(size)
             if path is None:
                 return None
-            target = torch.UntypedStorage.from_file(path, True, size)
-            target.copy_(untyped)
-            del target
+            _write(path, torch.empty(0, dtype=torch.uint8).set_(untyped).numpy())
             self._storages[key] = len(self.files) - 1
         return (_STORAGE, self._storages[key], dtype)
 
@@ -69,8 +68,7 @@ class _Writer:
             path = self._new_file(view.nbytes)
             if path is None:
                 return True
-            with open(path, "r+b") as file, mmap.mmap(file.fileno(), view.nbytes) as target:
-                target[:] = view
+            _write(path, view)
         self.buffers.append(len(self.files) - 1)
         return False
 
@@ -91,6 +89,15 @@ class _Writer:
         self.files.clear()
         self.buffers.clear()
         self._storages.clear()
+
+
+def _write(path: str, data: Any) -> None:
+    """Write the bytes of ``data`` (a buffer) into the file ``path``: written, not copied
+    through a mapping, so they never count as this process's memory."""
+    with memoryview(data).cast("B") as view, open(path, "r+b", buffering=0) as file:
+        done = 0
+        while done < len(view):
+            done += file.write(view[done:])
 
 
 def _pickler(base: type) -> type:
@@ -123,18 +130,35 @@ class _Envelope:
 def dumps(value: Any, owner_pid: int | None = None) -> bytes:
     """``value`` pickled for the kernel: by reference where the kernel can look it up, else by
     value; its large pieces in shared memory of the kernel ``owner_pid`` (if given)."""
+    return pickle.dumps(_envelope(value, owner_pid, _PICKLERS), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def share(value: Any, owner_pid: int) -> tuple[bytes, tuple[str, ...]]:
+    """``value`` pickled by value (cloudpickle) for any number of readers, its large pieces in
+    shared memory of the kernel ``owner_pid``, written once; with the paths of those files,
+    which the caller removes once every reader has received the value (``receive(...,
+    unlink=False)``)."""
+    with faster_function_pickling():
+        envelope = _envelope(value, owner_pid, _PICKLERS[-1:])
+    paths = tuple(path for path, _ in envelope.files)
+    return pickle.dumps(envelope, protocol=pickle.HIGHEST_PROTOCOL), paths
+
+
+def _envelope(value: Any, owner_pid: int | None, picklers: tuple[type, ...]) -> _Envelope:
     writer = _Writer(owner_pid)
-    for pickler in _PICKLERS:
+    for pickler in picklers:
         file = io.BytesIO()
         try:
             pickler(file, writer).dump(value)
         except Exception:
             writer.discard()
-            if pickler is _PICKLERS[-1]:
+            if pickler is picklers[-1]:
                 raise
             continue
-        envelope = _Envelope(file.getvalue(), tuple(writer.files), tuple(writer.buffers))
-        return pickle.dumps(envelope, protocol=pickle.HIGHEST_PROTOCOL)
+        except BaseException:  # an interrupt: no file may stay behind
+            writer.discard()
+            raise
+        return _Envelope(file.getvalue(), tuple(writer.files), tuple(writer.buffers))
     raise AssertionError("unreachable")
 
 
@@ -167,8 +191,10 @@ class _SharingUnpickler(pickle.Unpickler):
         return torch.storage.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)
 
 
-def receive(payload: bytes) -> Received:
-    """Map (and unlink) every file of a worker's result; cheap, so the kernel does it at once."""
+def receive(payload: bytes, unlink: bool = True) -> Received:
+    """Map (and, with ``unlink``, remove) every file of a worker's result; cheap, so the kernel
+    does it at once. A value :func:`share` made for several readers is received with
+    ``unlink=False``: its maker removes the files."""
     envelope = pickle.loads(payload)
     received = Received(envelope.data, buffers=envelope.buffers)
     as_buffer = set(envelope.buffers)
@@ -182,6 +208,7 @@ def receive(payload: bytes) -> Received:
                 else:
                     received.maps.append(torch.UntypedStorage.from_file(path, False, size))
     finally:
-        for path, _ in envelope.files:
-            names.remove(path)
+        if unlink:
+            for path, _ in envelope.files:
+                names.remove(path)
     return received

@@ -22,10 +22,10 @@ import time
 from datetime import timedelta
 from typing import Any
 
-import cloudpickle
-
+from ..protocol import results
 from ..protocol import session as protocol
 from ..protocol.context import current_context
+from ..protocol.events import EventBatch
 from ..protocol.session import CellInterrupted, Command, RankBusy, RankIdle
 from ..state import PartialState
 from .regroup import GroupSockets, held_models, rebind
@@ -103,12 +103,14 @@ def serve() -> None:
             del exc  # its traceback holds the command's frames
         send_live(stop=False)  # the next call logs again
         flush_streams()
-        channel.send(event)
-        channel.send(RankIdle(rank, command.call, _position(state)))
+        channel.send(EventBatch((event, RankIdle(rank, command.call, _position(state)))))
 
 
 def _perform(command: Command, namespace: dict[str, Any], staged: dict[str, Any]) -> Any:
-    body = cloudpickle.loads(command.body) if command.body else None
+    # Large values are mapped from the kernel's shared-memory files (every rank maps the same
+    # ones, privately: a rank that writes into a value changes its own copy); the kernel removes
+    # the files once the call has ended on every rank.
+    body = results.receive(command.body, unlink=False).load() if command.body else None
     if command.kind == protocol.RUN:
         function, args, kwargs = body
         return function(*args, **kwargs)
