@@ -7,14 +7,21 @@ import os
 import re
 import time
 from collections.abc import Callable, Collection
-from multiprocessing.connection import wait
 
 from ..protocol import names, results
 from ..protocol.channel import READ_CHUNK
-from ..protocol.events import OutputLine, WorkerExited, WorkerFinished, WorkerStarted, WorkerStopped
+from ..protocol.events import (
+    EventBatch,
+    OutputLine,
+    WorkerExited,
+    WorkerFinished,
+    WorkerStarted,
+    WorkerStopped,
+)
 from ..protocol.status import RankStatus, next_status
 from .launchers import WorkerHandle
 from .output import OutputSink
+from .poller import Poller
 from .process_tree import kill_tree
 from .settings import DEFAULTS
 from .stacks import trim_kernel_frames
@@ -69,6 +76,10 @@ class WorkerGroup:
         self._sentinels = {h.process.sentinel: h for h in handles}
         self._unreaped: set[WorkerHandle] = set()
         self._signalled: set[WorkerHandle] = set()  # sent the catchable stop signal
+        self._poller = Poller()
+        # Sinks that hold lines write them once the pump handled what it read (a sink that
+        # writes each line at once has nothing to flush).
+        self._flush_output = getattr(sink, "flush", _nothing)
 
     # -- views --------------------------------------------------------------------------------
 
@@ -86,16 +97,20 @@ class WorkerGroup:
     # -- reading ------------------------------------------------------------------------------
 
     def pump(self, timeout: float) -> None:
-        """Wait up to ``timeout`` for anything from the workers and handle all of it."""
-        ready = wait(self.waitables(), timeout)
-        for obj in ready:  # pipes first, so a worker's last words are read before its exit
-            if obj in self._by_conn:
-                self._read(obj)
-        for obj in ready:
-            if obj in self._sentinels:
-                self._exited(self._sentinels[obj])
-        for handle in list(self._unreaped):
-            self._exited(handle)
+        """Wait up to ``timeout`` for anything from the workers and handle all of it (the
+        output lines read are written out together, once)."""
+        ready = self._poller.wait(self.waitables(), timeout)
+        try:
+            for obj in ready:  # pipes first, so a worker's last words are read before its exit
+                if obj in self._by_conn:
+                    self._read(obj)
+            for obj in ready:
+                if obj in self._sentinels:
+                    self._exited(self._sentinels[obj])
+            for handle in list(self._unreaped):
+                self._exited(handle)
+        finally:
+            self._flush_output()
 
     def waitables(self) -> list:
         """What :meth:`pump` waits on: the open pipes and the live processes' sentinels."""
@@ -112,7 +127,11 @@ class WorkerGroup:
                 self._by_conn.pop(conn, None)
                 return
             handle.last_alive = self.clock()
-            self.apply(handle, event)
+            if isinstance(event, EventBatch):
+                for each in event.events:
+                    self.apply(handle, each)
+            else:
+                self.apply(handle, event)
             return
         try:
             chunk = os.read(conn.fileno(), READ_CHUNK)
@@ -271,6 +290,10 @@ class WorkerGroup:
                         handle.exitcode = handle.process.exitcode
                 return
             self.pump(min(left, 0.05))
+
+
+def _nothing() -> None:
+    pass
 
 
 def _is_stack_dump(line: OutputLine) -> bool:

@@ -30,8 +30,11 @@ def without_own_label(text: str, rank: int) -> str:
 class OutputSink:
     """Keeps each rank's recent lines and writes the shown ones to the kernel's streams.
 
-    Writes happen from the supervising thread only, one whole line per write, so lines from
-    different ranks can never be glued together.
+    Lines are held until :meth:`flush` (the worker group calls it once it has handled what it
+    read, so a burst of lines costs one write and one flush) or the next notice; then each run
+    of lines of one stream goes out in one write, whole lines only, in the order they came. The
+    writes happen from the supervising thread only, so lines from different ranks can never be
+    glued together.
     """
 
     def __init__(
@@ -50,12 +53,16 @@ class OutputSink:
         self._prefix_names_rank: dict[int, bool] = {}
         self._stdout = stdout
         self._stderr = stderr
+        self._prefixes: dict[int, str] = {}
+        self._pending: list[tuple[str, str]] = []  # (stream, text) not written yet
 
     def shows(self, rank: int) -> bool:
         return self.policy == "all" or (self.policy == "main" and rank == 0)
 
     def write(self, line: OutputLine) -> None:
-        prefix = self.prefix(line.rank)
+        prefix = self._prefixes.get(line.rank)
+        if prefix is None:
+            prefix = self._prefixes[line.rank] = self.prefix(line.rank)
         text = line.text
         if self._names_rank(line.rank, prefix):
             text = without_own_label(text, line.rank)
@@ -67,7 +74,7 @@ class OutputSink:
         if report is not None and len(report) < FATAL_LINES:
             report.append(text)
         if self.shows(line.rank):
-            self.notice(labelled, line.stream)
+            self._pending.append((line.stream, labelled))
 
     def _names_rank(self, rank: int, prefix: str) -> bool:
         """Whether our label names the rank, so a library's label of it says nothing more (a
@@ -79,13 +86,26 @@ class OutputSink:
         return names
 
     def notice(self, text: str, stream: str = "stderr") -> None:
-        """Write a line of the launcher's own (or a shown worker line) to the kernel's streams."""
-        if stream == "stdout":
-            target = self._stdout or sys.stdout
-        else:
-            target = self._stderr or sys.stderr
-        target.write(text + "\n")
-        target.flush()
+        """Write a line of the launcher's own to the kernel's streams, after the worker lines
+        held so far."""
+        self._pending.append((stream, text))
+        self.flush()
+
+    def flush(self) -> None:
+        """Write the lines held so far: one write (and flush) per run of lines of one stream."""
+        pending, self._pending = self._pending, []
+        start = 0
+        while start < len(pending):
+            stream = pending[start][0]
+            end = start + 1
+            while end < len(pending) and pending[end][0] == stream:
+                end += 1
+            target = (
+                (self._stdout or sys.stdout) if stream == "stdout" else (self._stderr or sys.stderr)
+            )
+            target.write("".join(text + "\n" for _, text in pending[start:end]))
+            target.flush()
+            start = end
 
     def tail(self, rank: int) -> tuple[str, ...]:
         return tuple(self._tails.get(rank, ()))

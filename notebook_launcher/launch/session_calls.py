@@ -36,7 +36,8 @@ REFORM_LIMIT = 150.0  # seconds every rank has to join the re-formed group
 
 
 class CallSupervisor(Supervisor):
-    """Supervises call ``call`` of a session whose workers are ``group``.
+    """Supervises call ``call`` of a session whose workers are ``group`` (``oom_baseline``: the
+    out-of-memory kill counters read before it, as :class:`Supervisor` takes them).
 
     ``ended`` maps each rank that has finished the call (returned, raised or was stopped) to its
     :class:`RankIdle`; :meth:`on_event` fills it and must be one of the group's listeners.
@@ -46,7 +47,13 @@ class CallSupervisor(Supervisor):
 
     scope = "call"
 
-    def __init__(self, group: WorkerGroup, plan: LaunchPlan, call: int) -> None:
+    def __init__(
+        self,
+        group: WorkerGroup,
+        plan: LaunchPlan,
+        call: int,
+        oom_baseline: tuple[int, ...] | None = None,
+    ) -> None:
         super().__init__(
             group.handles,
             group.sink,
@@ -55,6 +62,7 @@ class CallSupervisor(Supervisor):
             stall_notice=plan.stall_notice,
             stop_grace=plan.stop_grace,
             group=group,
+            oom_baseline=oom_baseline,
         )
         self.call = call
         self.ended: dict[int, RankIdle] = {}

@@ -21,6 +21,7 @@ from .watchdogs import DEADLOCK_AFTER, DeadlockWatchdog, StallWatchdog, TimeoutW
 
 EXIT_GRACE = 1.0  # how long a rank that reported its failure or result may take to exit
 TICK_EVERY = 0.1  # seconds between the ticks listeners get while the run goes on
+FIRST_SAMPLE = 0.1  # seconds into a run before the ranks' resource use is first sampled
 
 __all__ = ["DEADLOCK_AFTER", "STOP_GRACE", "Supervisor"]
 
@@ -49,6 +50,8 @@ class Supervisor:
         probe: measures a rank's processes (``pid -> Usage``); tests pass a scripted one.
         group: the worker group of ``handles`` where it outlives this supervisor (a session's
             workers, supervised call by call); default: a new one.
+        oom_baseline: the out-of-memory kill counters (:func:`oom_kills`) read before the run,
+            which a rank's unexplained SIGKILL is compared with; default: read now.
     """
 
     scope = "launch"  # what a watchdog's verdict stops (a session's calls: "call")
@@ -68,6 +71,7 @@ class Supervisor:
         stop_grace: float = STOP_GRACE,
         probe: Callable[[int | None], Usage | None] = measure,
         group: WorkerGroup | None = None,
+        oom_baseline: tuple[int, ...] | None = None,
     ) -> None:
         self.group = group or WorkerGroup(handles, sink, listeners, clock, stop_grace)
         self.handles = handles
@@ -83,8 +87,11 @@ class Supervisor:
         self.stop_reason = "interrupted"  # why teardown stops ranks that still run
         self.stop_requested = True  # ... whether the user asked for it (not an error)
         self.blamed: tuple[int, ...] = ()  # ... and the ranks held responsible
-        self._next_tick = self._next_sample = clock()
-        self._oom_kills = oom_kills()
+        # The ranks' resource use is sampled only once the run is FIRST_SAMPLE old: a short
+        # run (a session's quick call) never pays for it.
+        self._next_tick = clock()
+        self._next_sample = self._next_tick + FIRST_SAMPLE
+        self._oom_kills = oom_kills() if oom_baseline is None else oom_baseline
 
     # -- the loop ---------------------------------------------------------------------------------
 

@@ -139,4 +139,12 @@ class RankQuiet:
     since: float
 
 
-WorkerEvent = WorkerStarted | WorkerFinished | WorkerFailed | TrackingBatch
+@dataclass(frozen=True)
+class EventBatch:
+    """Several events a worker sends at once, in order: one message, so the kernel wakes once
+    for them (a session's rank ending a call: its result, then that it is idle)."""
+
+    events: tuple[object, ...]
+
+
+WorkerEvent = WorkerStarted | WorkerFinished | WorkerFailed | TrackingBatch | EventBatch
