@@ -9,13 +9,20 @@ does, before the group is destroyed and the process ends.
 The wait only ever delays the end of a rank that is finished: its result or failure has already
 been sent to the kernel, which stops every rank as soon as one fails (a signal, which ends the
 wait here), so the bound is only a backstop.
+
+Each rank counts itself in the store; the last one marks the job done, which wakes the others at
+once: each waits for that mark on a connection of its own (``Store.clone``) in a helper thread,
+so its main thread stays where the kernel's stop signal can end the wait. Where the store cannot
+be cloned, a rank looks at the store at growing intervals instead.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -38,7 +45,18 @@ def wait_for_all_ranks(restart_count: int) -> None:
         if group is None:
             return
         store, rank, world_size = group
-        _mark_done_and_wait(store, _keys(restart_count, world_size), rank)
+        count_key, done_key = (
+            f"{KEY_PREFIX}/{restart_count}/count",
+            f"{KEY_PREFIX}/{restart_count}/all",
+        )
+        if store.add(count_key, 1) >= world_size:
+            store.set(done_key, "1")  # the last rank: the others wake up
+            return
+        clone = getattr(store, "clone", None)
+        if clone is None:
+            _look_until_done(store, [done_key])
+        else:
+            _wait_until_done(clone, done_key)
     except (KeyboardInterrupt, SystemExit):
         pass  # stopped by the kernel while waiting: the result is in, exit without a traceback
     except Exception as exc:  # the store went away with the kernel (or the job ended)
@@ -58,14 +76,25 @@ def _default_group() -> tuple[Any, int, int] | None:
     return store, dist.get_rank(), world_size
 
 
-def _keys(restart_count: int, world_size: int) -> list[str]:
-    """One key per rank, named after the attempt: a restarted attempt shares the store with
-    the keys of the attempts before it."""
-    return [f"{KEY_PREFIX}/{restart_count}/{rank}" for rank in range(world_size)]
+def _wait_until_done(clone: Any, done_key: str) -> None:
+    """Block until ``done_key`` is set (at most :data:`TIMEOUT`), the store's own wait running in
+    a daemon thread on a new connection: this thread waits on an event, which a signal's handler
+    interrupts."""
+    done = threading.Event()
+
+    def wait() -> None:
+        try:
+            clone().wait([done_key], timedelta(seconds=TIMEOUT))
+        except Exception as exc:  # the kernel's store went away (or the bound passed)
+            logger.debug("exit barrier: waiting for the other ranks ended: %r", exc)
+        done.set()
+
+    threading.Thread(target=wait, name="notebook_launcher-exit-barrier", daemon=True).start()
+    if not done.wait(TIMEOUT):
+        logger.debug("exit barrier: not every rank was done after %g s", TIMEOUT)
 
 
-def _mark_done_and_wait(store: Any, keys: list[str], rank: int) -> None:
-    store.set(keys[rank], "1")
+def _look_until_done(store: Any, keys: list[str]) -> None:
     deadline = time.monotonic() + TIMEOUT
     pause = FIRST_PAUSE
     while not store.check(keys):
