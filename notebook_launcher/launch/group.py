@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import select
 import time
 from collections.abc import Callable, Collection
 
@@ -257,7 +258,7 @@ class WorkerGroup:
             self._signal(handle)
         self.await_exits([h for h in self.handles if not h.exited], self.stop_grace)
         for handle in self.handles:  # and whatever the workers left running
-            kill_tree(handle.pid)
+            kill_tree(handle.pid, descendants=not handle.exited)
         self.await_exits([h for h in self.handles if not h.exited], DRAIN_LIMIT)
         end = self.clock() + DRAIN_LIMIT
         while any(c for c in self._by_conn if c is not self._by_conn[c].events):
@@ -305,8 +306,24 @@ def _reap(process, patience: float = 0.05) -> int | None:
     """The exit code of a process whose sentinel fired, waiting briefly for it to be reapable.
 
     The sentinel fires when the worker's end of it closes, a moment before the process can be
-    collected; polling here instead of returning to the loop avoids spinning on a ready sentinel.
+    collected; waiting here instead of returning to the loop avoids spinning on a ready sentinel.
+    Where Linux gives process descriptors, the wait ends the moment the process can be
+    collected; elsewhere it looks every half millisecond.
     """
+    process.join(0)
+    if process.exitcode is not None:
+        return process.exitcode
+    try:
+        exited = os.pidfd_open(process.pid)
+    except (AttributeError, OSError, TypeError):
+        exited = None
+    if exited is not None:
+        try:
+            select.select([exited], [], [], patience)
+        finally:
+            os.close(exited)
+        process.join(0)
+        return process.exitcode
     deadline = time.monotonic() + patience
     while True:
         process.join(0)

@@ -21,7 +21,7 @@ from .watchdogs import DEADLOCK_AFTER, DeadlockWatchdog, StallWatchdog, TimeoutW
 
 EXIT_GRACE = 1.0  # how long a rank that reported its failure or result may take to exit
 TICK_EVERY = 0.1  # seconds between the ticks listeners get while the run goes on
-FIRST_SAMPLE = 0.1  # seconds into a run before the ranks' resource use is first sampled
+FIRST_SAMPLE = SAMPLE_EVERY  # seconds into a run before the ranks' resource use is sampled
 
 __all__ = ["DEADLOCK_AFTER", "STOP_GRACE", "Supervisor"]
 
