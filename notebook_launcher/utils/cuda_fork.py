@@ -27,6 +27,7 @@ from .cells import code_name
 CUDA_SUCCESS = 0
 CUDA_ERROR_NOT_INITIALIZED = 3
 _DRIVER = re.compile(r"/libcuda\.so(\.\d+)*$")
+_DRIVER_NAME = b"/libcuda.so"
 
 # Libraries that create CUDA contexts of their own, named by a fragment of their file name.
 _CONTEXT_MAKERS = {
@@ -82,6 +83,16 @@ def mapped_libraries(maps: str = "/proc/self/maps") -> list[str]:
     return list(seen)
 
 
+def _driver_mapped(maps: str) -> bool:
+    """Whether a CUDA driver library may be mapped: its name appears in ``maps`` (True when
+    the file cannot be read, so that the full probe decides)."""
+    try:
+        with open(maps, "rb") as handle:
+            return _DRIVER_NAME in handle.read()
+    except OSError:
+        return True
+
+
 def loaded_driver(libraries: list[str]) -> str | None:
     """The path of the CUDA driver library among ``libraries``, if it is loaded."""
     return next((path for path in libraries if _DRIVER.search(path)), None)
@@ -125,6 +136,8 @@ def probe(maps: str = "/proc/self/maps") -> CudaForkState:
     """Whether CUDA is initialised in this process, from torch, the driver and the recorded stack."""
     torch = sys.modules.get("torch")
     by_torch = bool(torch is not None and torch.cuda.is_initialized())
+    if not by_torch and not _driver_mapped(maps):  # the usual case, in one pass over the text
+        return CudaForkState(False, False, None, None, ())
     libraries = mapped_libraries(maps)
     driver = loaded_driver(libraries)
     by_driver = driver_initialized(driver) if driver else None
