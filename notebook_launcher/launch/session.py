@@ -174,8 +174,7 @@ class Session:
             parts = {"function": function}
             parts.update({f"args[{i}]": arg for i, arg in enumerate(args)})
             parts.update({f"kwargs[{key!r}]": value for key, value in kwargs.items()})
-            body = _pickled((function, args, kwargs), parts)
-        return self._call(protocol.RUN, body, self.settings.timeout)
+        return self._call(protocol.RUN, (function, args, kwargs), parts, self.settings.timeout)
 
     def exec(
         self, source: str, *, timeout: float | None = None, filename: str = ""
@@ -195,9 +194,11 @@ class Session:
             if timeout is not None:
                 check_number("timeout", timeout, positive=True)
         name = filename or f"<session exec {self._calls + 1}>"
-        body = _pickled((source, name), {})
         return self._call(
-            protocol.EXEC, body, timeout if timeout is not None else self.settings.timeout
+            protocol.EXEC,
+            (source, name),
+            {},
+            timeout if timeout is not None else self.settings.timeout,
         )
 
     def push(self, **values: Any) -> None:
@@ -207,14 +208,13 @@ class Session:
                 raise TypeError("push() needs at least one name=value")
             for name in values:
                 _check_name(name)
-            body = _pickled(values, values)
-        self._call(protocol.PUSH, body, self.settings.timeout)
+        self._call(protocol.PUSH, values, values, self.settings.timeout)
 
     def pull(self, name: str) -> list[Any]:
         """Every rank's value of ``name`` in its namespace, in rank order."""
         with shown_as_argument_errors():
             _check_name(name)
-        return self._call(protocol.PULL, _pickled(name, {}), self.settings.timeout).values
+        return self._call(protocol.PULL, name, {}, self.settings.timeout).values
 
     def restart(self) -> None:
         """Stop the workers and start new ones with the same settings. Every rank's state (its
@@ -353,11 +353,22 @@ class Session:
             )
         return self._group
 
-    def _call(self, kind: str, body: Body, timeout: float | None) -> LaunchResult:
-        try:
-            return self._call_with(kind, body.data, timeout)
-        finally:
-            body.release()
+    def _call(
+        self, kind: str, value: Any, parts: dict[str, Any], timeout: float | None
+    ) -> LaunchResult:
+        """Send ``value`` (its pieces named by ``parts``, for errors) to every rank as call
+        ``kind``, supervise the call, return every rank's value."""
+        with self._lock:
+            self._usable()
+            try:
+                with shown_as_argument_errors():
+                    body = _pickled(value, parts)
+            except KeyboardInterrupt:  # while a large value was being written: nothing sent
+                raise KeyboardInterrupt(_not_sent(kind)) from None
+            try:
+                return self._call_with(kind, body.data, timeout)
+            finally:
+                body.release()
 
     def _call_with(self, kind: str, body: bytes, timeout: float | None) -> LaunchResult:
         with self._lock:
@@ -389,16 +400,13 @@ class Session:
                             _send_all(group, Command(protocol.COMMIT, self._calls).to_bytes())
                             committed = True
                 except KeyboardInterrupt:
-                    if not sent or committed:
-                        text = (
-                            "the cell was interrupted before its call reached any rank"
-                            if not sent
-                            else "the cell was interrupted after the push took effect on every rank"
-                        )
-                        text += "; the session is still usable."
-                        if not sent and kind == protocol.PUSH:
-                            text += f" {NOTHING_PUSHED}"
-                        raise KeyboardInterrupt(text) from None
+                    if not sent:
+                        raise KeyboardInterrupt(_not_sent(kind)) from None
+                    if committed:
+                        raise KeyboardInterrupt(
+                            "the cell was interrupted after the push took effect on every rank; "
+                            "the session is still usable."
+                        ) from None
                     with interrupts_deferred():
                         supervisor.settle("interrupted", (), requested=True)
                         self._settled(supervisor)
@@ -466,6 +474,11 @@ def _watch_idle(ref: weakref.ref, start: int) -> None:
         if session is None or session._starts != start or not session._watch():
             return
         del session
+
+
+def _not_sent(kind: str) -> str:
+    text = "the cell was interrupted before its call reached any rank; the session is still usable."
+    return f"{text} {NOTHING_PUSHED}" if kind == protocol.PUSH else text
 
 
 def _send_all(group: WorkerGroup, command: bytes) -> None:
