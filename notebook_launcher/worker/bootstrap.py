@@ -123,11 +123,18 @@ def call_function(spec: WorkerSpec, payload: Any, channel: EventChannel) -> int:
     return 0
 
 
-def shutdown_process_group() -> None:
-    """Destroy the default process group if the function left one."""
+def shutdown_process_group(ending: bool = False) -> None:
+    """Destroy the default process group if the function left one.
+
+    ``ending``: the process ends right after, with ``os._exit`` (a forked worker), so a gloo
+    group is left to go with it: its sockets close with the process, while destroying it waits
+    out the polling interval of each of gloo's threads (about 20 ms).
+    """
     dist = sys.modules.get("torch.distributed")
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
+            if ending and dist.get_backend() == "gloo":
+                return
             dist.destroy_process_group()
     except Exception:
         pass
@@ -163,7 +170,7 @@ def run_worker(
     shared_memory.depart()  # a peer waiting for this rank in a collective raises at once
     if code == 0:  # a rank that failed or was stopped ends at once: the kernel stops the rest
         exit_barrier.wait_for_all_ranks(spec.context.restart_count)  # peers may still be joining
-    shutdown_process_group()
+    shutdown_process_group(ending=forked)
     if forked:
         stopping.run_exit_handlers()
     flush_streams()

@@ -11,9 +11,8 @@ been sent to the kernel, which stops every rank as soon as one fails (a signal, 
 wait here), so the bound is only a backstop.
 
 Each rank counts itself in the store; the last one marks the job done, which wakes the others at
-once: each waits for that mark on a connection of its own (``Store.clone``) in a helper thread,
-so its main thread stays where the kernel's stop signal can end the wait. Where the store cannot
-be cloned, a rank looks at the store at growing intervals instead.
+once: each waits for that mark in a helper thread (the store's own blocking wait), so that its
+main thread stays where the kernel's stop signal can end the wait.
 """
 
 from __future__ import annotations
@@ -21,15 +20,12 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import time
 from datetime import timedelta
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
 TIMEOUT = 300.0  # seconds a done rank waits for the others at most (torch elastic's default)
-FIRST_PAUSE = 0.005  # seconds between the first looks at the store: peers often end together
-LONGEST_PAUSE = 0.1  # short enough for a signal's Python handler to run promptly
 KEY_PREFIX = "notebook_launcher/exit"
 
 
@@ -52,11 +48,7 @@ def wait_for_all_ranks(restart_count: int) -> None:
         if store.add(count_key, 1) >= world_size:
             store.set(done_key, "1")  # the last rank: the others wake up
             return
-        clone = getattr(store, "clone", None)
-        if clone is None:
-            _look_until_done(store, [done_key])
-        else:
-            _wait_until_done(clone, done_key)
+        _wait_until_done(store, done_key)
     except (KeyboardInterrupt, SystemExit):
         pass  # stopped by the kernel while waiting: the result is in, exit without a traceback
     except Exception as exc:  # the store went away with the kernel (or the job ended)
@@ -76,15 +68,14 @@ def _default_group() -> tuple[Any, int, int] | None:
     return store, dist.get_rank(), world_size
 
 
-def _wait_until_done(clone: Any, done_key: str) -> None:
+def _wait_until_done(store: Any, done_key: str) -> None:
     """Block until ``done_key`` is set (at most :data:`TIMEOUT`), the store's own wait running in
-    a daemon thread on a new connection: this thread waits on an event, which a signal's handler
-    interrupts."""
+    a daemon thread: this thread waits on an event, which a signal's handler interrupts."""
     done = threading.Event()
 
     def wait() -> None:
         try:
-            clone().wait([done_key], timedelta(seconds=TIMEOUT))
+            store.wait([done_key], timedelta(seconds=TIMEOUT))
         except Exception as exc:  # the kernel's store went away (or the bound passed)
             logger.debug("exit barrier: waiting for the other ranks ended: %r", exc)
         done.set()
@@ -92,15 +83,3 @@ def _wait_until_done(clone: Any, done_key: str) -> None:
     threading.Thread(target=wait, name="notebook_launcher-exit-barrier", daemon=True).start()
     if not done.wait(TIMEOUT):
         logger.debug("exit barrier: not every rank was done after %g s", TIMEOUT)
-
-
-def _look_until_done(store: Any, keys: list[str]) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    pause = FIRST_PAUSE
-    while not store.check(keys):
-        if time.monotonic() >= deadline:
-            logger.debug("exit barrier: not every rank was done after %g s", TIMEOUT)
-            return
-        # Sleeping in Python, not in a blocking store call, lets a signal's handler run.
-        time.sleep(pause)
-        pause = min(pause * 2, LONGEST_PAUSE)
