@@ -47,6 +47,9 @@ START_TIMEOUT = 300.0  # default seconds for the workers to start and form the g
 CLOSE_WAIT = 10.0  # seconds closed workers get to leave before they are stopped
 NOTHING_PUSHED = "Nothing was pushed: no rank's namespace changed."
 IDLE_CHECK = 0.5  # seconds between the idle watcher's looks (a death is reported within 1 s)
+# The watcher looks only once no call has ended for this long: calls made back to back read
+# their own workers' events, and are never woken for them here.
+IDLE_QUIET = 0.2
 
 # The sessions of this kernel not closed yet (alive or broken). Held here so that a session whose
 # object the user dropped (``Session(2)`` alone in a cell) is still found by the magics and
@@ -133,6 +136,7 @@ class Session:
         # The out-of-memory kill counters, read between calls (by the idle watcher) rather than
         # on every call: what a rank's SIGKILL is compared with.
         self._oom_baseline = oom_kills()
+        self._last_call = 0.0  # the monotonic time the last call ended (see IDLE_QUIET)
         self._start()
 
     # -- what users call --------------------------------------------------------------------
@@ -431,6 +435,7 @@ class Session:
                     view.finish()
                 if self._state == "alive":
                     group.listeners = ()
+                    self._last_call = time.monotonic()
                     self._idle.set()
 
     def _settled(self, supervisor: CallSupervisor) -> None:
@@ -442,6 +447,10 @@ class Session:
         session (said in the cell). Whether to keep watching."""
         if not self._idle.wait(IDLE_CHECK):
             return self._state != "closed"
+        quiet = time.monotonic() - self._last_call
+        if quiet < IDLE_QUIET:
+            time.sleep(IDLE_QUIET - quiet)
+            return self._state != "closed"
         group = self._group
         if group is None:
             return False
@@ -450,7 +459,9 @@ class Session:
         except (OSError, ValueError):  # pipes closed by a close() meanwhile
             return self._state == "alive"
         self._oom_baseline = oom_kills()
-        if not ready or not self._lock.acquire(timeout=0.05):
+        # A call that started meanwhile reads what arrived: never wait for it here (the next
+        # look waits for the session to be idle again).
+        if not ready or not self._lock.acquire(blocking=False):
             return True
         try:
             if self._idle.is_set() and self._group is group and self._state == "alive":

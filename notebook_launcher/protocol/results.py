@@ -100,6 +100,9 @@ def _write(path: str, data: Any) -> None:
             done += file.write(view[done:])
 
 
+_IS_STORAGE: dict[type, bool] = {}
+
+
 def _pickler(base: type) -> type:
     class SharingPickler(base):
         def __init__(self, file: Any, writer: _Writer) -> None:
@@ -109,7 +112,13 @@ def _pickler(base: type) -> type:
             self._writer = writer
 
         def persistent_id(self, obj: Any) -> tuple | None:
-            return self._writer.storage_id(obj)
+            kind = type(obj)
+            storage = _IS_STORAGE.get(kind)
+            if storage is None:  # each type looked at once: most objects are no storage
+                storage = _IS_STORAGE[kind] = issubclass(
+                    kind, (torch.storage.TypedStorage, torch.UntypedStorage)
+                )
+            return self._writer.storage_id(obj) if storage else None
 
     return SharingPickler
 
