@@ -75,8 +75,9 @@ def install() -> None:
 
     def send(self, event):
         original_send(self, event)
-        if isinstance(event, RankIdle) and event.call:
-            MARKS.append((f"w_idle {event.call}", now()))
+        for each in getattr(event, "events", (event,)):  # an EventBatch, or one event
+            if isinstance(each, RankIdle) and each.call:
+                MARKS.append((f"w_idle {each.call}", now()))
 
     channel_module.EventChannel.send = send
     original_serve = session_loop.serve

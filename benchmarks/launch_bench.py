@@ -50,6 +50,19 @@ def trivial(report_dir=None):
     return value.item()
 
 
+def partial_state():
+    """The user-level job: ``PartialState()`` (which joins the group), one ``all_reduce``."""
+    import torch
+    import torch.distributed as dist
+
+    from notebook_launcher import PartialState
+
+    PartialState()
+    value = torch.ones(1)
+    dist.all_reduce(value)
+    return value.item()
+
+
 def fail_rank1(stamp_path):
     """Rank 1 raises ValueError (after writing the time it does so); the others wait in a barrier."""
     import torch.distributed as dist

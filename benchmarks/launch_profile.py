@@ -1,7 +1,7 @@
 """Where a launch of N ranks spends its time, against bare ``torch.multiprocessing`` fork.
 
-Outside a kernel (a plain interpreter), both lanes run the same job as the launch benchmarks
-(join a gloo group, ``all_reduce`` one element, leave). Every step is timestamped with the
+Outside a kernel (a plain interpreter), both lanes run the same job as the kernel benchmarks
+(``PartialState()``, which joins a gloo group, and one ``all_reduce`` of one element). Every step is timestamped with the
 machine's monotonic clock (one clock for every process) by wrapping the functions that make it;
 the workers inherit the wrappers by fork and write their marks as they exit. The table is a
 timeline: milliseconds from the call to the moment the *last* rank (or the kernel) passed each
@@ -82,6 +82,14 @@ def install() -> None:
         original_apply(self, handle, event)
 
     WorkerGroup.apply = apply
+    original_exited = WorkerGroup._exited
+
+    def exited(self, handle):
+        original_exited(self, handle)
+        if handle.exited:
+            mark(f"k exit seen {sum(h.exited for h in self.handles)}")
+
+    WorkerGroup._exited = exited
     original_worker = bootstrap.run_worker
 
     def run_worker(*args, **kwargs):
@@ -97,17 +105,19 @@ def install() -> None:
 
 
 def job():
-    """The launch benchmarks' trivial job, with marks."""
+    """The user-level job of the kernel benchmarks (``PartialState()``, one ``all_reduce``),
+    with marks."""
+    from notebook_launcher import PartialState
+
     if os.environ.get("NOTEBOOK_LAUNCHER_PROFILE_BARE"):
         MARKS.clear()
         mark("w booting")
     mark("w function")
-    dist.init_process_group("gloo")
+    PartialState()
     mark("w group formed")
     value = torch.ones(1)
     dist.all_reduce(value)
     mark("w all_reduce done")
-    dist.destroy_process_group()
     mark("w function done")
     if os.environ.get("NOTEBOOK_LAUNCHER_PROFILE_BARE"):
         mark("w exiting")
@@ -191,6 +201,9 @@ ORDER = (
     "w exit barrier done",
     "w group destroyed",
     "w exiting",
+    "k exit seen 1",
+    "k exit seen 2",
+    "k exit seen 8",
     "k supervised",
     "k teardown",
     "k teardown done",
