@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import faulthandler
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -70,6 +71,11 @@ def redirect_streams(stdout_conn: Any, stderr_conn: Any) -> None:
     # from a forked process; Python's own prints it on the new stderr (torch wraps either).
     sys.excepthook = sys.__excepthook__
     faulthandler.enable(file=sys.stderr, all_threads=True)
+    # The launcher started this process with STACK_DUMP_SIGNAL blocked (its default action
+    # would end the process): a request made before now is dropped (this rank had no stack of
+    # interest yet), then later ones dump every thread's stack.
+    signal.signal(STACK_DUMP_SIGNAL, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {STACK_DUMP_SIGNAL})
     faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
 
 
