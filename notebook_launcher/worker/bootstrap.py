@@ -71,12 +71,17 @@ def redirect_streams(stdout_conn: Any, stderr_conn: Any) -> None:
     # from a forked process; Python's own prints it on the new stderr (torch wraps either).
     sys.excepthook = sys.__excepthook__
     faulthandler.enable(file=sys.stderr, all_threads=True)
-    # The launcher started this process with STACK_DUMP_SIGNAL blocked (its default action
-    # would end the process): a request made before now is dropped (this rank had no stack of
-    # interest yet), then later ones dump every thread's stack.
-    signal.signal(STACK_DUMP_SIGNAL, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {STACK_DUMP_SIGNAL})
     faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
+    accept_stack_requests()
+
+
+def accept_stack_requests() -> None:
+    """Let stack requests in, once faulthandler answers them. The launcher starts a worker with
+    STACK_DUMP_SIGNAL blocked (its default action would end the process): a request made before
+    now is dropped (this rank had no stack of interest yet), later ones dump every stack."""
+    while signal.sigtimedwait({STACK_DUMP_SIGNAL}, 0) is not None:
+        pass
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {STACK_DUMP_SIGNAL})
 
 
 def _forward_kernel_stream(old: Any, new: Any) -> None:
