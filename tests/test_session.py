@@ -12,6 +12,7 @@ import time
 import psutil
 import pytest
 import torch
+from processtree import live_descendants
 
 from notebook_launcher import (
     LaunchBusyError,
@@ -28,16 +29,8 @@ SETUP = "import os, time, torch\nimport torch.distributed as dist\nfrom notebook
 
 
 def workers() -> list[psutil.Process]:
-    """This process's live children but multiprocessing's resource tracker (spawn starts it
-    once, for the life of the process)."""
-    found = []
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            if proc.status() != "zombie" and "resource_tracker" not in " ".join(proc.cmdline()):
-                found.append(proc)
-        except psutil.Error:
-            pass
-    return found
+    """This process's live children but the helpers that live as long as it does."""
+    return live_descendants()
 
 
 def shm_files() -> set[str]:

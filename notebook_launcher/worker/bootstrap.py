@@ -120,8 +120,11 @@ def call_function(spec: WorkerSpec, payload: Any, channel: EventChannel) -> int:
             if exc.code not in (None, 0):
                 raise
             value = None
+        finally:
+            stopping.leaving()  # what follows reports the outcome: a stop must not cut it short
         event = result_event(rank, value, spec.parent_pid)
     except BaseException as exc:  # report everything, KeyboardInterrupt included
+        stopping.leaving()
         send_live()
         flush_streams()
         channel.send(failure_event(rank, exc))
@@ -164,7 +167,11 @@ def run_worker(
     set_context(dataclasses.replace(spec.context, channel=channel))
     if commands_conn is not None:
         session_loop.attach(commands_conn)
-    code = call_function(spec, payload, channel)
+    try:
+        code = call_function(spec, payload, channel)
+    except stopping.RankStopped:  # the one stop, in the instants before leaving() took effect
+        stopping.leaving()
+        code = 1
     shared_memory.depart()  # a peer waiting for this rank in a collective raises at once
     if code == 0:  # a rank that failed or was stopped ends at once: the kernel stops the rest
         exit_barrier.wait_for_all_ranks(spec.context.restart_count)  # peers may still be joining

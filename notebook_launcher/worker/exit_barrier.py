@@ -8,7 +8,7 @@ does, before the group is destroyed and the process ends.
 
 The wait only ever delays the end of a rank that is finished: its result or failure has already
 been sent to the kernel, which stops every rank as soon as one fails (a signal, which ends the
-wait here), so the bound is only a backstop.
+wait here within a pause), so the bound is only a backstop.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import logging
 import sys
 import time
 from typing import Any
+
+from . import stopping
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +32,9 @@ def wait_for_all_ranks(restart_count: int) -> None:
     """Mark this rank done for attempt ``restart_count`` and wait, at most :data:`TIMEOUT`
     seconds, until every rank of the default process group has; no group, no wait.
 
-    Never raises: a signal (KeyboardInterrupt, SystemExit) or a store error (the kernel's store
-    gone) ends the wait, and the process goes on to exit.
+    Never raises: the kernel's stop signal (see :mod:`.stopping`), another signal
+    (KeyboardInterrupt, SystemExit) or a store error (the kernel's store gone) ends the wait, and
+    the process goes on to exit.
     """
     try:
         group = _default_group()
@@ -69,6 +72,8 @@ def _mark_done_and_wait(store: Any, keys: list[str], rank: int) -> None:
     deadline = time.monotonic() + TIMEOUT
     pause = FIRST_PAUSE
     while not store.check(keys):
+        if stopping.stop_requested():
+            return
         if time.monotonic() >= deadline:
             logger.debug("exit barrier: not every rank was done after %g s", TIMEOUT)
             return

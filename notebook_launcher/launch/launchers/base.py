@@ -15,6 +15,7 @@ from ...protocol.names import STACK_DUMP_SIGNAL, WORKER_ENTRY, entry_point
 from ...protocol.results import Received
 from ...protocol.spec import WorkerSpec
 from ...protocol.status import RankStatus
+from .. import janitor
 from ..errors import WorkersNotStartedError
 from ..process_tree import kill_tree
 
@@ -140,6 +141,7 @@ class Launcher(ABC):
         )
         try:
             process.start()
+            janitor.watch(process.pid)  # its files go with this kernel, should it be killed
         except BaseException:
             for conn in (events_r, out_r, err_r, commands_w):
                 if conn is not None:
