@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import os
+
 import psutil
+
+# Helpers that live as long as the interpreter that started them, not workers: multiprocessing's
+# resource tracker (started on the first spawn) and the shared-memory janitor of a process that
+# started workers (see notebook_launcher/launch/janitor.py), which ends with that process.
+HELPERS = ("resource_tracker", os.path.join("notebook_launcher", "launch", "janitor.py"))
+
+
+def is_helper(proc: psutil.Process) -> bool:
+    """Whether ``proc`` is one of the :data:`HELPERS` (psutil.Error if it is gone)."""
+    command = " ".join(proc.cmdline())
+    return any(helper in command for helper in HELPERS)
 
 
 def live_descendants(pid: int | None = None) -> list[psutil.Process]:
-    """Live descendants of ``pid`` (default: this process), ignoring the resource tracker.
-
-    multiprocessing's resource tracker is a single helper Python starts on the first spawn and
-    keeps for the life of the interpreter; it is not a worker. Zombies count as gone.
-    """
+    """Live descendants of ``pid`` (default: this process), ignoring the :data:`HELPERS`.
+    Zombies count as gone."""
     try:
         children = psutil.Process(pid).children(recursive=True)
     except psutil.Error:
@@ -18,9 +28,7 @@ def live_descendants(pid: int | None = None) -> list[psutil.Process]:
     found = []
     for child in children:
         try:
-            if child.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if "resource_tracker" in " ".join(child.cmdline()):
+            if child.status() == psutil.STATUS_ZOMBIE or is_helper(child):
                 continue
         except psutil.Error:
             continue

@@ -54,7 +54,7 @@ SCRIPT = textwrap.dedent(
     except WorkersNotStartedError as error:
         assert isinstance(error, LaunchError)
         left = [p for p in psutil.Process().children(recursive=True) if p.is_running()
-                and p.status() != psutil.STATUS_ZOMBIE]
+                and p.status() != psutil.STATUS_ZOMBIE and "janitor" not in " ".join(p.cmdline())]
         print("STARTED", error.started, error.requested, "LEFT", len(left))
         print(error)
     else:

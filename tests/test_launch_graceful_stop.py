@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -90,6 +92,58 @@ def test_a_rank_that_ignores_the_stop_is_killed_after_the_grace(tmp_path):
     elapsed = time.monotonic() - started
     assert _marks(tmp_path, "interrupted") == {0}  # it got the catchable signal first
     assert 1.0 <= elapsed < 1.0 + SANITY_LIMIT  # the no_leaks fixture checks it is gone
+
+
+def _stopped_while_leaving(folder):
+    """An exit handler that gets the kernel's stop signal while it runs, as a rank does that the
+    kernel stops while it tears its process group down (slow on a busy machine)."""
+    threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    time.sleep(0.3)
+    _mark(folder, "left")
+
+
+def leaves_slowly(folder, failing_rank):
+    state = PartialState()
+    atexit.register(_stopped_while_leaving, folder)
+    if state.process_index == failing_rank:
+        raise ValueError(f"rank {failing_rank} failed on purpose")
+    return state.process_index
+
+
+class SlowToReport(ValueError):
+    """An exception that takes a while to pickle, as one with a long traceback does on a busy
+    machine: the kernel's stop signal arrives while the rank reports it."""
+
+    def __reduce__(self):
+        threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        time.sleep(0.3)
+        return (type(self), self.args)
+
+
+def reports_slowly():
+    if PartialState().process_index == 1:
+        raise SlowToReport("rank 1 failed on purpose")
+
+
+def test_a_rank_stopped_while_it_reports_its_failure_still_reports_it_quietly(capsys):
+    with pytest.raises(SlowToReport, match="rank 1 failed on purpose"):
+        notebook_launcher(reports_slowly, num_processes=2)
+    shown = capsys.readouterr()
+    assert "Traceback" not in shown.err and "RankStopped" not in shown.err, shown.err
+
+
+@pytest.mark.parametrize("failing_rank", [None, 1])
+def test_a_rank_stopped_once_its_function_ended_leaves_quietly(tmp_path, capsys, failing_rank):
+    if failing_rank is None:
+        result = notebook_launcher(leaves_slowly, args=(str(tmp_path), None), num_processes=2)
+        assert result.values == [0, 1]
+        assert _marks(tmp_path, "left") == {0, 1}  # the stop cut no exit handler short
+    else:
+        with pytest.raises(ValueError, match="rank 1 failed on purpose"):
+            notebook_launcher(leaves_slowly, args=(str(tmp_path), 1), num_processes=2)
+        assert 1 in _marks(tmp_path, "left")
+    shown = capsys.readouterr()
+    assert "Traceback" not in shown.err and "RankStopped" not in shown.err, shown.err
 
 
 @pytest.mark.parametrize("value", [0, -1, 61, float("nan"), None, "3", True])

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 
-from notebook_launcher import plan_launch
+from notebook_launcher import notebook_launcher, plan_launch
 from notebook_launcher.launch.runner import launch
 from notebook_launcher.protocol.events import OutputLine, RankQuiet, SupervisorTick
+from notebook_launcher.protocol.names import STACK_DUMP_SIGNAL
 from notebook_launcher.ui.model import RunModel
 from notebook_launcher.ui.render import status_text
 
@@ -71,3 +73,38 @@ def test_the_model_shows_the_notice_until_the_rank_shows_life():
     model.apply(OutputLine(1, "stdout", "step 5"), now=73.0)
     model.apply(SupervisorTick(73.0, ((0, 73.0), (1, 73.0))), now=73.0)
     assert model.ranks[1].notice == ""
+
+
+_ASK_AT_FORK = threading.Event()
+
+
+def _ask_for_a_stack_at_once() -> None:
+    """In a child just forked: a stack request before anything else runs there."""
+    if _ASK_AT_FORK.is_set():
+        os.kill(os.getpid(), STACK_DUMP_SIGNAL)
+
+
+os.register_at_fork(after_in_child=_ask_for_a_stack_at_once)
+
+
+def _sum_of_ranks():
+    import torch
+    import torch.distributed as dist
+
+    from notebook_launcher import PartialState
+
+    t = torch.tensor([float(PartialState().process_index)])
+    dist.all_reduce(t)
+    return t.item()
+
+
+def test_a_stack_request_at_a_workers_first_moment_does_not_kill_it(capfd):
+    # Under load the stall watchdog may ask a rank for its stack before its bootstrap has set
+    # up the handler (whose default action ends the process): the request must be dropped.
+    _ASK_AT_FORK.set()
+    try:
+        result = notebook_launcher(_sum_of_ranks, num_processes=2, ui="none")
+    finally:
+        _ASK_AT_FORK.clear()
+    assert result.values == [1.0, 1.0]
+    assert "Stack" not in capfd.readouterr().err  # a dropped request prints nothing

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from processtree import live_descendants
 
 from notebook_launcher import LaunchTimeoutError, PartialState, WorkerStalledError
 from notebook_launcher import notebook_launcher as launch
@@ -186,13 +187,7 @@ def test_keyboard_interrupt_stops_every_worker(tmp_path):
 
     assert signal.getsignal(signal.SIGINT) is handler_before
     assert elapsed < SANITY_LIMIT
-    workers = [
-        child
-        for child in psutil.Process().children(recursive=True)
-        if "resource_tracker" not in " ".join(child.cmdline())
-        and child.status() != psutil.STATUS_ZOMBIE
-    ]
-    assert workers == []
+    assert live_descendants() == []
     assert_relaunch_works()
 
 

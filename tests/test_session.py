@@ -12,6 +12,7 @@ import time
 import psutil
 import pytest
 import torch
+from processtree import live_descendants
 
 from notebook_launcher import (
     LaunchBusyError,
@@ -28,16 +29,8 @@ SETUP = "import os, time, torch\nimport torch.distributed as dist\nfrom notebook
 
 
 def workers() -> list[psutil.Process]:
-    """This process's live children but multiprocessing's resource tracker (spawn starts it
-    once, for the life of the process)."""
-    found = []
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            if proc.status() != "zombie" and "resource_tracker" not in " ".join(proc.cmdline()):
-                found.append(proc)
-        except psutil.Error:
-            pass
-    return found
+    """This process's live children but the helpers that live as long as it does."""
+    return live_descendants()
 
 
 def shm_files() -> set[str]:
@@ -155,6 +148,7 @@ def test_an_interrupt_stops_the_call_on_every_rank_and_the_session_stays_usable(
 def test_a_call_timeout_stops_the_call_and_keeps_the_session(session):
     with pytest.raises(LaunchTimeoutError) as info:
         session.exec("time.sleep(60)", timeout=1.5)
+    assert str(info.value).startswith("the call exceeded its timeout; it was stopped on every rank")
     assert "still usable" in "\n".join(info.value.__notes__)
     assert session.exec("rank").values == [0, 1]
 
@@ -162,8 +156,14 @@ def test_a_call_timeout_stops_the_call_and_keeps_the_session(session):
 def test_a_stall_stops_the_call_and_names_the_rank_that_held_the_others_up():
     with Session(num_processes=2, ui="none", stall_timeout=3, stall_notice=None) as session:
         session.exec(SETUP)
-        with pytest.raises(WorkerStalledError, match="rank 1"):
+        with pytest.raises(WorkerStalledError, match="rank 1") as info:
             session.exec("if rank == 1:\n    time.sleep(60)\nelse:\n    dist.barrier()\n")
+        # Worded for a call: the workers live on.
+        assert "The call was stopped on every rank." in str(info.value)
+        assert "All ranks were stopped" not in str(info.value)
+        assert info.value.__notes__[-1].startswith("The session is still usable")
+        shown = info.value._render_traceback_()
+        assert info.value.__notes__[-1] in shown  # IPython shows what the call left too
         assert session.run(all_reduced, 1.0).values == [2.0, 2.0]
 
 

@@ -70,8 +70,9 @@ class Session:
     own type and rank, the call stopped on the other ranks (a rank waiting for the failed one in
     a collective is released), kernel interrupts, ``stall_notice``, ``stall_timeout`` and
     ``timeout`` (per call). After a failed call the session stays usable, with every rank's
-    namespace; the process group is formed again if a rank was stopped inside a collective
-    (then models wrapped for the old group must be wrapped again, as a note on the error says).
+    namespace; the process group is formed again if a rank was stopped inside a collective,
+    and the ``DistributedDataParallel`` models built on it are moved onto the new group (the
+    same model objects train on). A ``push`` takes effect on every rank or on none.
     A rank whose process dies breaks the session: :meth:`restart` starts new workers (every
     rank's state is lost). One launch or session runs in a kernel at a time.
 

@@ -5,7 +5,9 @@ workers, their namespaces and (where no collective was left half done) the proce
 After a failed call each rank reports where it stands in the job's collectives. When every rank
 stopped at the same place the process group is kept. Otherwise (a rank was stopped inside a
 collective, or a connection broke) every rank forms the group again under fresh store keys:
-ranks that ended first close their connections, which ends the collective the others wait in.
+ranks that ended first shut down their connections to the other ranks, which ends the
+collective the others wait in even while a model holds the old group, and every rank then moves
+its ``DistributedDataParallel`` models onto the new group (see ``worker/regroup.py``).
 A rank that does not end its call within the stop grace, or cannot join the new group, breaks
 the session (its processes are then stopped, and ``restart()`` starts new ones).
 """

@@ -46,10 +46,12 @@ class Group(Protocol):
     def publish(self, event: object) -> None: ...
 
 
-def stopped_phrase(scope: str) -> str:
+def stopped_phrase(scope: str, named: bool = False) -> str:
     """What was stopped, in a watchdog's message: a launch's ranks, or a session's call (its
-    workers live on)."""
-    return "all ranks were stopped" if scope == "launch" else "it was stopped on every rank"
+    workers live on), named where the sentence has not named it yet."""
+    if scope == "launch":
+        return "all ranks were stopped"
+    return f"{'the call' if named else 'it'} was stopped on every rank"
 
 
 class TimeoutWatchdog:
@@ -153,7 +155,7 @@ class StallWatchdog:
         message = (
             f"no rank made progress for {quiet:.0f} s (stall_timeout={limit:g}): no output, no "
             f"events, no computation and no Python stack moving; {_stuck(culprits)}. "
-            f"{stopped_phrase(self.scope).capitalize()}. {where_ranks_were(stacks)} Pass a larger stall_timeout, or None, if "
+            f"{stopped_phrase(self.scope, named=True).capitalize()}. {where_ranks_were(stacks)} Pass a larger stall_timeout, or None, if "
             "the job legitimately waits that long."
         )
         return Verdict(
@@ -239,7 +241,7 @@ class DeadlockWatchdog:
         message = (
             f"rank {', '.join(map(str, gone))} returned while rank {', '.join(map(str, held))} "
             f"waited for it in a collective (at the same place in two samples "
-            f"{DEADLOCK_RECHECK:g} s apart): a certain deadlock, so {stopped_phrase(self.scope)}. "
+            f"{DEADLOCK_RECHECK:g} s apart): a certain deadlock, so {stopped_phrase(self.scope, named=True)}. "
             f"{where_ranks_were(stacks)} Every rank must take part in each collective the "
             "others call: a rank that returns early (or skips a collective under an if) leaves "
             "the others waiting forever."

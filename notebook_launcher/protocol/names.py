@@ -6,6 +6,7 @@ kernel's code never imports the worker's.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import os
@@ -32,12 +33,13 @@ SHARED_MEMORY_SOURCE = "notebook_launcher/backends/shared_memory.py"
 # Shared-memory files (exchange mappings and large results) are named after the kernel that owns
 # them: /dev/shm/notebook_launcher-<kernel pid>-<token>.<kernel start>.<pid ns>.<time ns>.
 # The workers unlink exchange files at once and the kernel unlinks result files once mapped; the
-# kernel removes those of ranks that died first. A kernel that was killed removes nothing, so
-# every launch reclaims the files whose owner is gone: the start time (clock ticks since boot, as
-# /proc/<pid>/stat gives it) tells the owner from a later process that got its pid, and the
-# namespaces say which processes that pid and start time refer to (a container sharing /dev/shm
-# has its own). Where /proc cannot tell, the name stops after the token and no launch but the
-# owner's own removes the file.
+# kernel removes those of ranks that died first. A kernel that was killed removes nothing: its
+# janitor (see launch/janitor.py) removes them once the kernel and its workers are gone, and every
+# launch reclaims the files whose owner is gone without one (its janitor killed too): the start
+# time (clock ticks since boot, as /proc/<pid>/stat gives it) tells the owner from a later process
+# that got its pid, and the namespaces say which processes that pid and start time refer to (a
+# container sharing /dev/shm has its own). Where /proc cannot tell, the name stops after the token
+# and no launch but the owner's own removes the file.
 SHARED_MEMORY_DIRECTORY = "/dev/shm"
 SHARED_MEMORY_PREFIX = "notebook_launcher-"
 _PROC = "/proc"
@@ -228,6 +230,22 @@ def reclaim_orphans() -> int:
         logger.debug("reclaiming shared-memory files failed", exc_info=True)
     if freed:
         logger.info("removed %d bytes of shared memory left by kernels that are gone", freed)
+    return freed
+
+
+def remove_files_of(owner: Owner) -> int:
+    """Delete the files named after ``owner``, a kernel that is gone, including those its workers
+    named after it once it was gone (see :func:`owner_now`); the bytes freed. Never raises."""
+    dead = dataclasses.replace(owner, start=_DEAD)
+    freed = 0
+    try:
+        uid = os.geteuid()
+        with os.scandir(SHARED_MEMORY_DIRECTORY) as entries:
+            for entry in entries:
+                if owner_of(entry.name) in (owner, dead):
+                    freed += _reclaim(entry, uid)
+    except OSError:
+        pass
     return freed
 
 

@@ -6,10 +6,10 @@ shared-memory file, and the kernel maps that file as the memory of the tensor or
 back. The kernel never holds a second copy: no pickled bytes of the data, no copy out of them.
 
 The files are named after the kernel (see :mod:`.names`), so the kernel removes those it never
-received when the launch ends, and a later launch those of a kernel that was killed. The kernel
-maps each one privately (copy-on-write, so the value behaves as its own memory, in later forks
-too) and unlinks it at once; the memory is released when the last tensor or array using it is
-freed.
+received when the launch ends, and the kernel's janitor (see :mod:`..launch.janitor`) those of a
+kernel that was killed. The kernel maps each one privately (copy-on-write, so the value behaves as
+its own memory, in later forks too) and unlinks it at once; the memory is released when the last
+tensor or array using it is freed.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ import dataclasses
 import faulthandler
 import gc
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -72,6 +73,16 @@ def redirect_streams(stdout_conn: Any, stderr_conn: Any) -> None:
     sys.excepthook = sys.__excepthook__
     faulthandler.enable(file=sys.stderr, all_threads=True)
     faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
+    accept_stack_requests()
+
+
+def accept_stack_requests() -> None:
+    """Let stack requests in, once faulthandler answers them. The launcher starts a worker with
+    STACK_DUMP_SIGNAL blocked (its default action would end the process): a request made before
+    now is dropped (this rank had no stack of interest yet), later ones dump every stack."""
+    while signal.sigtimedwait({STACK_DUMP_SIGNAL}, 0) is not None:
+        pass
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {STACK_DUMP_SIGNAL})
 
 
 def _forward_kernel_stream(old: Any, new: Any) -> None:
@@ -110,8 +121,11 @@ def call_function(spec: WorkerSpec, payload: Any, channel: EventChannel) -> int:
             if exc.code not in (None, 0):
                 raise
             value = None
+        finally:
+            stopping.leaving()  # what follows reports the outcome: a stop must not cut it short
         event = result_event(rank, value, spec.parent_pid)
     except BaseException as exc:  # report everything, KeyboardInterrupt included
+        stopping.leaving()
         send_live()
         flush_streams()
         channel.send(failure_event(rank, exc))
@@ -166,7 +180,11 @@ def run_worker(
     set_context(dataclasses.replace(spec.context, channel=channel))
     if commands_conn is not None:
         session_loop.attach(commands_conn)
-    code = call_function(spec, payload, channel)
+    try:
+        code = call_function(spec, payload, channel)
+    except stopping.RankStopped:  # the one stop, in the instants before leaving() took effect
+        stopping.leaving()
+        code = 1
     shared_memory.depart()  # a peer waiting for this rank in a collective raises at once
     if code == 0:  # a rank that failed or was stopped ends at once: the kernel stops the rest
         exit_barrier.wait_for_all_ranks(spec.context.restart_count)  # peers may still be joining

@@ -12,7 +12,8 @@ wait here), so the bound is only a backstop.
 
 Each rank counts itself in the store; the last one marks the job done, which wakes the others at
 once: each waits for that mark in a helper thread (the store's own blocking wait), so that its
-main thread stays where the kernel's stop signal can end the wait.
+main thread stays where the kernel's stop can end the wait (within :data:`STOP_LOOK` seconds once
+the function has ended, when the stop signal no longer raises: see :mod:`.stopping`).
 """
 
 from __future__ import annotations
@@ -20,12 +21,16 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from datetime import timedelta
 from typing import Any
+
+from . import stopping
 
 logger = logging.getLogger(__name__)
 
 TIMEOUT = 300.0  # seconds a done rank waits for the others at most (torch elastic's default)
+STOP_LOOK = 0.1  # seconds between looks at whether the kernel asked a waiting rank to stop
 KEY_PREFIX = "notebook_launcher/exit"
 
 
@@ -33,8 +38,9 @@ def wait_for_all_ranks(restart_count: int) -> None:
     """Mark this rank done for attempt ``restart_count`` and wait, at most :data:`TIMEOUT`
     seconds, until every rank of the default process group has; no group, no wait.
 
-    Never raises: a signal (KeyboardInterrupt, SystemExit) or a store error (the kernel's store
-    gone) ends the wait, and the process goes on to exit.
+    Never raises: the kernel's stop signal (see :mod:`.stopping`), another signal
+    (KeyboardInterrupt, SystemExit) or a store error (the kernel's store gone) ends the wait, and
+    the process goes on to exit.
     """
     try:
         group = _default_group()
@@ -81,5 +87,10 @@ def _wait_until_done(store: Any, done_key: str) -> None:
         done.set()
 
     threading.Thread(target=wait, name="notebook_launcher-exit-barrier", daemon=True).start()
-    if not done.wait(TIMEOUT):
-        logger.debug("exit barrier: not every rank was done after %g s", TIMEOUT)
+    deadline = time.monotonic() + TIMEOUT
+    while not done.wait(STOP_LOOK):  # the job's end wakes this at once; a stop within a look
+        if stopping.stop_requested():
+            return
+        if time.monotonic() >= deadline:
+            logger.debug("exit barrier: not every rank was done after %g s", TIMEOUT)
+            return

@@ -5,6 +5,12 @@ with SIGTERM, and kills it only after a short grace. Here SIGTERM becomes :class
 ``KeyboardInterrupt`` raised in the main thread: ``finally`` blocks, ``with`` exits and ``except
 KeyboardInterrupt`` handlers (a save-on-interrupt) run, then the process exits and runs its
 ``atexit`` handlers.
+
+Once the user's function has ended (:func:`leaving`), a stop raises nothing: the rank only
+reports its outcome and leaves (the exit barrier ends its wait, see :func:`stop_requested`). A
+``KeyboardInterrupt`` raised there would cut the leaving short and print a traceback into the
+cell; a rank that failed because its peer did is often in that state when the kernel stops it
+(tearing its process group down, which takes a while on a busy machine).
 """
 
 from __future__ import annotations
@@ -20,15 +26,33 @@ class RankStopped(KeyboardInterrupt):
     """The launcher stopped this rank (raised in its main thread on the stop signal)."""
 
 
+_leaving = False  # the user's function has ended: a stop no longer raises
+_requested = False  # the stop signal arrived
+
+
 def _stop(signum: int, frame: Any) -> None:
+    global _requested
     # Once: a second signal must not break the clean-up the first one started.
     signal.signal(STOP_SIGNAL, signal.SIG_IGN)
-    raise RankStopped("the launcher stopped this rank (SIGTERM)")
+    _requested = True
+    if not _leaving:
+        raise RankStopped("the launcher stopped this rank (SIGTERM)")
 
 
 def stop_on_signal() -> None:
     """Turn the stop signal into :class:`RankStopped` in this process's main thread."""
     signal.signal(STOP_SIGNAL, _stop)
+
+
+def leaving() -> None:
+    """The user's function has ended: from now on the stop signal raises nothing."""
+    global _leaving
+    _leaving = True
+
+
+def stop_requested() -> bool:
+    """Whether the kernel asked this rank to stop."""
+    return _requested
 
 
 def forget_inherited_exit_handlers() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from abc import ABC
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,10 +11,11 @@ import cloudpickle
 import torch.multiprocessing as tmp
 
 from ...protocol.channel import LineSplitter
-from ...protocol.names import WORKER_ENTRY, entry_point
+from ...protocol.names import STACK_DUMP_SIGNAL, WORKER_ENTRY, entry_point
 from ...protocol.results import Received
 from ...protocol.spec import WorkerSpec
 from ...protocol.status import RankStatus
+from .. import janitor
 from ..errors import WorkersNotStartedError
 from ..process_tree import kill_tree
 
@@ -104,6 +106,10 @@ class Launcher(ABC):
         a :class:`WorkersNotStartedError` says how many had started.
         """
         handles: list[WorkerHandle] = []
+        # A stack request (STACK_DUMP_SIGNAL) that reached a new worker before its bootstrap
+        # registered the handler would kill it: workers start with the signal blocked, and the
+        # bootstrap unblocks it once the handler is in place.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {STACK_DUMP_SIGNAL})
         try:
             for spec in specs:
                 handles.append(self.start(spec, payload, now))
@@ -115,6 +121,8 @@ class Launcher(ABC):
             for handle in handles:
                 handle.discard()
             raise
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         return handles
 
     def start(self, spec: WorkerSpec, payload: Any, now: float) -> WorkerHandle:
@@ -133,6 +141,7 @@ class Launcher(ABC):
         )
         try:
             process.start()
+            janitor.watch(process.pid)  # its files go with this kernel, should it be killed
         except BaseException:
             for conn in (events_r, out_r, err_r, commands_w):
                 if conn is not None:

@@ -18,6 +18,7 @@ from ....protocol.names import XLA_HELPER_ENTRY, entry_point
 from ....protocol.spec import ReplicaGroup, ReplicaPipes, WorkerSpec
 from ....utils.openmp import release_thread_pools
 from ....utils.validation import invalid
+from ... import janitor
 from ..base import Launcher, WorkerHandle
 from .helper import Helper, ProcessLineSplitter, ReplicaProcess
 
@@ -76,6 +77,7 @@ class XlaLauncher(Launcher):
         )
         try:
             process.start()
+            janitor.watch(process.pid)  # the replicas die with it
         except BaseException:
             for conn in [c for ends in kernel_ends for c in ends]:
                 conn.close()

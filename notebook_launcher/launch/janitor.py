@@ -1,0 +1,169 @@
+"""The janitor: a kernel's shared-memory files are removed as soon as the kernel dies, however it
+dies, with no later launch needed.
+
+Workers write large results (and the exchange of the shared-memory collectives) into files in
+``/dev/shm`` named after their kernel (see :mod:`..protocol.names`); the kernel maps and unlinks
+them. A kernel that is SIGKILLed removes nothing, and its workers die with it at once
+(``PR_SET_PDEATHSIG`` sends them SIGKILL): that is what makes sure no worker outlives its kernel,
+even one stuck in C code, so the workers cannot clean up either. A third process does.
+
+One janitor per kernel, started with its first worker, waits on a pipe whose only writer is the
+kernel (a child forked from the kernel closes its copy at once, see :func:`_forget`); the kernel
+tells it the pid of every worker it starts. When the pipe ends, the kernel is gone: the janitor
+removes the kernel's files, waits until those workers are gone as well (they are being killed, and
+a file one was creating may appear meanwhile), removes what appeared, and exits. A kernel that
+ends normally ends its janitor the same way, with nothing left to remove.
+
+The janitor runs in an interpreter of its own (``-I -S``: no site-packages, nothing of the
+kernel's environment, only the descriptors it is given) and imports nothing of this package but
+:mod:`..protocol.names`, loaded by path: the package imports torch, and the janitor must start in
+milliseconds and hold almost no memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+
+if __name__ != "__main__":  # the janitor process loads it by path instead (see _load_names)
+    from ..protocol import names
+
+logger = logging.getLogger(__name__)
+
+WORKERS_LIMIT = 60.0  # seconds: how long the janitor waits for a worker that does not die
+POLL = 0.005  # seconds between its looks at the workers
+SETTLE = 0.05  # seconds: then once more, for what the workers' own children were creating
+
+_lock = threading.Lock()
+_janitor: subprocess.Popen | None = None
+_pipe: int | None = None  # the write end, in the kernel only
+_kernel = 0  # the pid of the process that started _janitor
+_watched: dict[int, int] = {}  # worker pid -> its start time, sent to the janitor
+
+
+def watch(pid: int) -> None:
+    """Have this process's janitor (started now if there is none) wait for worker ``pid`` before
+    its last look, should this process die. Never raises: the janitor is housekeeping, and a
+    launch reclaims the files of kernels that died without one (see ``names.reclaim_orphans``)."""
+    try:
+        start = names.process_start(pid)
+    except OSError:
+        return
+    if start is None:
+        return  # already gone: it names no more files after this kernel
+    with _lock:
+        for known in [p for p, s in _watched.items() if _gone(p, s)]:
+            del _watched[known]
+        _watched[pid] = start
+        if not _running():
+            _start()  # tells it every pid watched so far
+        else:
+            _send(f"{pid} {start}\n")
+
+
+def _gone(pid: int, start: int) -> bool:
+    try:
+        return names.process_start(pid) != start
+    except OSError:
+        return False
+
+
+def _running() -> bool:
+    return _janitor is not None and _kernel == os.getpid() and _janitor.poll() is None
+
+
+def _start() -> None:
+    global _janitor, _pipe, _kernel
+    if _pipe is not None:
+        os.close(_pipe)
+        _pipe = None
+    owner = names.owner_now(os.getpid())
+    read, write = os.pipe()
+    try:
+        _janitor = subprocess.Popen(
+            [sys.executable, "-I", "-S", os.path.abspath(__file__), *_owner_args(owner)],
+            stdin=read,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd="/",
+            start_new_session=True,  # no interrupt aimed at the kernel's process group
+        )
+    except Exception:
+        logger.debug("the shared-memory janitor did not start", exc_info=True)
+        os.close(write)
+        return
+    finally:
+        os.close(read)
+    _pipe, _kernel = write, os.getpid()
+    os.set_blocking(write, False)  # a janitor that stopped reading never blocks a launch
+    _send("".join(f"{pid} {start}\n" for pid, start in _watched.items()))
+
+
+def _owner_args(owner) -> list[str]:
+    return [str(owner.pid), "" if owner.start is None else str(owner.start), owner.scope or ""]
+
+
+def _send(text: str) -> None:
+    try:
+        os.write(_pipe, text.encode())
+    except OSError:  # full (a janitor that stopped reading) or broken (one that was killed)
+        logger.debug("the shared-memory janitor did not take %r", text, exc_info=True)
+
+
+def _forget() -> None:
+    """In a child forked from the kernel: close the kernel's end of the pipe, so that the pipe
+    ends with the kernel, not with the last of its children."""
+    global _pipe, _lock
+    _lock = threading.Lock()  # another thread may have held it at the fork
+    if _pipe is not None:
+        try:
+            os.close(_pipe)
+        except OSError:
+            pass
+        _pipe = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget)
+
+
+# -- the janitor process ---------------------------------------------------------------------
+
+
+def _load_names():
+    """The package's ``protocol/names.py``, loaded without the package (which imports torch)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "protocol", "names.py")
+    spec = importlib.util.spec_from_file_location("notebook_launcher_names", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _serve(pid: str, start: str, scope: str) -> None:
+    owner = names.Owner(int(pid), int(start) if start else None, scope or None)
+    workers: dict[int, int] = {}
+    with os.fdopen(0, "rb") as pipe:
+        for line in pipe:  # until the kernel is gone
+            worker, _, started = line.decode().partition(" ")
+            workers[int(worker)] = int(started)
+            for known in [p for p, s in workers.items() if _gone(p, s)]:
+                del workers[known]
+    names.remove_files_of(owner)  # frees the memory now; the workers may hold it a moment more
+    end = time.monotonic() + WORKERS_LIMIT
+    while time.monotonic() < end and not all(_gone(p, s) for p, s in workers.items()):
+        time.sleep(POLL)
+    names.remove_files_of(owner)
+    time.sleep(SETTLE)
+    names.remove_files_of(owner)
+
+
+if __name__ == "__main__":
+    names = _load_names()
+    _serve(*sys.argv[1:4])
