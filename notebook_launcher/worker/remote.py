@@ -178,6 +178,15 @@ class _Forwarder(threading.Thread):
         finally:
             os.close(self.read_end)
 
+    def finish(self) -> None:
+        """Wait (bounded) until everything written before fds 1 and 2 were restored is sent."""
+        if not self.write_end.closed:  # stopped before the fd was redirected
+            self.write_end.close()
+        if self.ident is not None:
+            self.join(DRAIN_WAIT)
+        else:  # never started: nothing to send
+            os.close(self.read_end)
+
 
 class _Captured:
     """fds 1 and 2, ``sys.stdout``/``sys.stderr`` and the signal handlers of the actor's process
@@ -221,15 +230,13 @@ def run_worker(
     # request that found SIGUSR1's default action would end the actor's process.
     stopping.stop_on_signal()
     faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
-    try:
-        sock = remote.join_kernel(kernel, secret, context.restart_count, context.rank)
-    except BaseException:
-        captured.restore()
-        raise
-    link = KernelLink(sock, node, spec.session)
-    forwarders = [_Forwarder(1, remote.STDOUT, link), _Forwarder(2, remote.STDERR, link)]
+    link: KernelLink | None = None
+    forwarders: list[_Forwarder] = []
     code = 1
     try:
+        sock = remote.join_kernel(kernel, secret, context.restart_count, context.rank)
+        link = KernelLink(sock, node, spec.session)
+        forwarders = [_Forwarder(1, remote.STDOUT, link), _Forwarder(2, remote.STDERR, link)]
         for forwarder in forwarders:
             forwarder.start()
         redirect_streams(*(f.write_end for f in forwarders))
@@ -243,12 +250,13 @@ def run_worker(
         if code == 0:
             exit_barrier.wait_for_all_ranks(context.restart_count)
         shutdown_process_group()
-    except KeyboardInterrupt:  # stopped after the function reported
+    except KeyboardInterrupt:  # stopped before the function ran, or after it reported
         pass
     finally:
         captured.restore()
         set_context(None)
         for forwarder in forwarders:
-            forwarder.join(DRAIN_WAIT)
-        link.close()
+            forwarder.finish()
+        if link is not None:
+            link.close()
     return code

@@ -124,6 +124,9 @@ class ClusterAttempt:
             )
             self._watcher.start()
             self._await_ranks()
+            started = time.monotonic()
+            for handle in self.handles:  # supervised from now: the start is no quiet time
+                handle.last_alive = started
         except BaseException:
             self.release()
             raise

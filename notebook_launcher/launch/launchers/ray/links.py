@@ -272,6 +272,7 @@ class Relay:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = remote.framed(sock)
             handle.link = conn
+            handle.last_alive = time.monotonic()  # the rank's quiet time starts now
             handle.process.connected()
             self._links[conn] = handle
             if all(h.link is not None for h in self.handles.values()):
@@ -325,10 +326,11 @@ class Relay:
         """Stop listening and relaying; every rank's local write ends are closed."""
         with self._lock:
             self._stopping = True
-        try:
-            self.listener.close()
-        except OSError:
-            pass
+        for end in (lambda: self.listener.shutdown(socket.SHUT_RDWR), self.listener.close):
+            try:
+                end()  # shutdown wakes the thread blocked in accept(); close alone does not
+            except OSError:
+                pass
         os.write(self._wake_w, b"x")
         for thread in self._threads:
             if thread is not threading.current_thread():
