@@ -72,18 +72,10 @@ class RankActor:
         self._store = serve_store(bind_listener(host, 0), host)
         return host, self._store.port
 
-    def run(
-        self,
-        spec: WorkerSpec,
-        payload: Any,
-        kernel: tuple[str, int],
-        secret: bytes,
-        store: tuple[str, int],
-        node: str,
-    ) -> int:
-        """Join the job and run the function (or, in a session, the command loop); the exit
-        code a process would have."""
-        return run_worker(spec, payload, kernel, secret, store, node)
+    def run(self, *args: Any) -> int:
+        """Join the job and run the function (or, in a session, the command loop) with
+        :func:`run_worker`'s arguments; the exit code a process would have."""
+        return run_worker(*args)
 
 
 class KernelLink:

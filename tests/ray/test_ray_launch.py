@@ -33,6 +33,12 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 ON_TWO_NODES = RayCluster(resources_per_process=SLOTS)
 
 
+def on_cluster(function, *args, num_processes: int = 2, **options):
+    """``notebook_launcher`` on the two nodes, without a view."""
+    options.setdefault("cluster", ON_TWO_NODES)
+    return notebook_launcher(function, args=args, num_processes=num_processes, ui="none", **options)
+
+
 def train_ddp(steps: int):
     import ray
 
@@ -59,9 +65,7 @@ def train_ddp(steps: int):
 
 
 def test_a_ddp_job_spans_the_nodes_and_returns_every_rank(capsys):
-    result = notebook_launcher(
-        train_ddp, args=(5,), num_processes=4, cluster=ON_TWO_NODES, ui="none"
-    )
+    result = on_cluster(train_ddp, 5, num_processes=4)
     values = result.values
     assert len(values) == 4
     nodes = [v["node"] for v in values]
@@ -90,13 +94,7 @@ def raise_on_rank_one(folder: str):
 
 def test_a_raising_rank_raises_its_own_exception_naming_rank_and_node(tmp_path):
     with pytest.raises(KeyError) as caught:
-        notebook_launcher(
-            raise_on_rank_one,
-            args=(str(tmp_path),),
-            num_processes=4,
-            cluster=ON_TWO_NODES,
-            ui="none",
-        )
+        on_cluster(raise_on_rank_one, str(tmp_path), num_processes=4)
     after = time.time() - float((tmp_path / "raised").read_text())
     notes = "\n".join(getattr(caught.value, "__notes__", []))
     assert "rank 1" in notes and "127.0.0.1" in notes and "Ray node" in notes
@@ -114,14 +112,7 @@ def sleep_on(folder: str):
 
 def test_a_stall_stops_every_rank_with_their_stacks(tmp_path):
     with pytest.raises(WorkerStalledError) as caught:
-        notebook_launcher(
-            sleep_on,
-            args=(str(tmp_path),),
-            num_processes=2,
-            cluster=ON_TWO_NODES,
-            stall_timeout=3,
-            ui="none",
-        )
+        on_cluster(sleep_on, str(tmp_path), stall_timeout=3)
     stacks = caught.value.stacks
     assert sorted(stacks) == [0, 1]
     for stack in stacks.values():
@@ -144,9 +135,7 @@ def test_an_interrupt_stops_every_rank_gracefully(tmp_path):
     interrupter.start()
     try:
         with pytest.raises(KeyboardInterrupt) as caught:
-            notebook_launcher(
-                sleep_on, args=(str(tmp_path),), num_processes=2, cluster=ON_TWO_NODES, ui="none"
-            )
+            on_cluster(sleep_on, str(tmp_path))
     finally:
         interrupter.join()
     assert "every worker has been stopped" in str(caught.value)
@@ -159,9 +148,7 @@ def large(megabytes: int):
 
 
 def test_large_results_come_back_from_every_rank():
-    values = notebook_launcher(
-        large, args=(4,), num_processes=4, cluster=ON_TWO_NODES, ui="none"
-    ).values
+    values = on_cluster(large, 4, num_processes=4).values
     for rank, (tensor, small) in enumerate(values):
         assert small == rank
         assert tensor.numel() * 4 == 4 << 20
@@ -220,7 +207,7 @@ def test_bad_input_is_refused_before_anything_starts():
 def test_a_cluster_too_small_says_what_was_asked_and_what_it_has():
     small = RayCluster(resources_per_process=SLOTS, timeout=1)
     with pytest.raises(ClusterError) as caught:
-        notebook_launcher(lambda: None, num_processes=5, cluster=small, ui="none")
+        on_cluster(lambda: None, num_processes=5, cluster=small)
     text = str(caught.value)
     assert "5 × {CPU: 1, slot: 1} requested" in text
     assert "4 slot on 2 nodes" in text and "4 CPU on 2 nodes" in text
@@ -229,4 +216,4 @@ def test_a_cluster_too_small_says_what_was_asked_and_what_it_has():
 def test_without_ray_the_cluster_asks_for_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ImportError, match=r"notebook_launcher\[ray\]"):
-        notebook_launcher(lambda: None, num_processes=2, cluster="ray", ui="none")
+        on_cluster(lambda: None, cluster="ray")
