@@ -181,13 +181,14 @@ class _Forwarder(threading.Thread):
 
 
 class _Captured:
-    """fds 1 and 2, ``sys.stdout``/``sys.stderr`` and the signal handlers of the actor's process
-    as they were before the run, put back after it (a session's actor lives on)."""
+    """fds 1 and 2, ``sys.stdout``/``sys.stderr``, the signal handlers and the main thread's
+    signal mask of the actor's process as they were before the run, put back after it."""
 
     def __init__(self) -> None:
         self.fds = {fd: os.dup(fd) for fd in (1, 2)}
         self.streams = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__, sys.excepthook)
         self.handlers = {s: signal.getsignal(s) for s in (STOP_SIGNAL, signal.SIGINT)}
+        self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
 
     def restore(self) -> None:
         for sig in self.handlers:  # no stop signal may break what is left to do
@@ -201,6 +202,7 @@ class _Captured:
         faulthandler.enable(file=sys.__stderr__, all_threads=True)
         for sig, handler in self.handlers.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
 
 
 def run_worker(
@@ -222,6 +224,8 @@ def run_worker(
     # request that found SIGUSR1's default action would end the actor's process.
     stopping.stop_on_signal()
     faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
+    if spec.session:  # Ray blocks SIGINT in an actor's main thread: a session call's interrupt
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     link: KernelLink | None = None
     forwarders: list[_Forwarder] = []
     code = 1

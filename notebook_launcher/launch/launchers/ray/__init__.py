@@ -26,7 +26,7 @@ from ....protocol.names import RAY_RANK_ACTOR, entry_point
 from ....protocol.spec import WorkerSpec
 from ..base import Launcher, WorkerHandle
 from .cluster import ClusterError, Placement, join, reserve
-from .links import Relay, RemoteHandle, close_writers, new_handle
+from .links import Commands, Relay, RemoteHandle, close_writers, new_handle
 
 logger = logging.getLogger(__name__)
 WATCH_EVERY = 0.1  # seconds between the watcher's looks at the ranks' runs
@@ -109,6 +109,8 @@ class ClusterAttempt:
             shipped = ray.put(payload)
             for handle in self.handles:
                 handle.actor = self.actor_class.options(**self._options(handle.rank)).remote()
+                if specs[0].session:  # commands travel over the rank's socket
+                    handle.commands = Commands(handle)
             store = self.handles[0].actor.host_store.remote()
             for handle, spec in zip(self.handles, specs, strict=True):
                 handle.run = handle.actor.run.remote(

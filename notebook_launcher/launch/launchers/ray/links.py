@@ -105,7 +105,7 @@ class RemoteProcess:
                 self.sentinel = -1
 
 
-class _Commands:
+class Commands:
     """A session worker's command pipe, as the kernel writes it: a message over its socket."""
 
     def __init__(self, handle: RemoteHandle) -> None:
