@@ -259,6 +259,7 @@ class ClusterAttempt:
 
     def kill(self, handle: RemoteHandle) -> None:
         self._killed.add(handle.rank)
+        handle.process.killed = True
         if handle.actor is not None:
             try:
                 self.ray.kill(handle.actor, no_restart=True)

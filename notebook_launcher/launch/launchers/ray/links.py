@@ -22,6 +22,7 @@ from typing import Any
 
 from ....protocol import remote, results
 from ....protocol.channel import LineSplitter
+from ....protocol.names import STOP_SIGNAL
 from ....protocol.results import Received
 from ..base import WorkerHandle
 
@@ -50,6 +51,7 @@ class RemoteProcess:
         self._outcome_at = 0.0
         self._connected = False
         self._disconnected = False
+        self.killed = False  # the kernel killed it: what it had still to send does not matter
 
     def join(self, timeout: float | None = None) -> None:
         self._done.wait(timeout)
@@ -87,7 +89,7 @@ class RemoteProcess:
     def _settle(self) -> None:
         if self._done.is_set() or self._outcome is None:
             return
-        if self._connected and not self._disconnected:
+        if self._connected and not self._disconnected and not self.killed:
             return
         self.exitcode, self.death = self._outcome
         os.close(self._signal)  # the sentinel becomes readable
@@ -134,20 +136,34 @@ class RemoteHandle(WorkerHandle):
         return None  # its process is on another machine: nothing to measure here
 
     def link_send(self, tag: bytes, body: bytes) -> None:
-        link = self.link
-        if link is None:
-            raise BrokenPipeError(f"rank {self.rank} is not connected")
-        try:
-            with self.attempt.send_lock:
+        with self.attempt.send_lock:
+            link = self.link
+            if link is None:
+                raise BrokenPipeError(f"rank {self.rank} is not connected")
+            try:
                 link.send_bytes(tag + body)
-        except (OSError, ValueError) as error:
-            raise BrokenPipeError(f"rank {self.rank}'s connection is closed ({error})") from None
+            except (OSError, ValueError) as error:
+                raise BrokenPipeError(
+                    f"rank {self.rank}'s connection is closed ({error})"
+                ) from None
 
     def send_signal(self, signum: int) -> None:
+        if self.link is None:
+            # Still starting (another rank failed first): no code of the user's runs there yet,
+            # so a stop kills its actor at once, and there is no stack to dump.
+            if signum == STOP_SIGNAL:
+                self.kill()
+            return
         try:
             self.link_send(remote.SIGNAL, bytes([int(signum)]))
         except BrokenPipeError:
             pass
+
+    def connected(self, conn: Any) -> None:
+        """The rank's socket, once it proved who it is."""
+        self.link = conn
+        self.last_alive = time.monotonic()  # the rank's quiet time starts now
+        self.process.connected()
 
     def kill(self) -> None:
         self.attempt.kill(self)
@@ -271,9 +287,7 @@ class Relay:
                 return
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = remote.framed(sock)
-            handle.link = conn
-            handle.last_alive = time.monotonic()  # the rank's quiet time starts now
-            handle.process.connected()
+            handle.connected(conn)
             self._links[conn] = handle
             if all(h.link is not None for h in self.handles.values()):
                 self._all_joined.set()
