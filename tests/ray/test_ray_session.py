@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
 
 import cloudpickle
 import pytest
-from raycluster import SLOTS
+from raycluster import SLOTS, held_groups, live_actors
 
 from notebook_launcher import RayCluster, Session, SessionBrokenError
 
@@ -78,3 +79,38 @@ def test_a_session_across_nodes_keeps_its_state_until_a_rank_dies():  # noqa: PL
     finally:
         session.close()
     assert session.state == "closed"
+
+
+KERNEL = """
+import sys, time
+from notebook_launcher import RayCluster, Session
+
+cluster = RayCluster(address=sys.argv[1], resources_per_process={"CPU": 1, "slot": 1})
+session = Session(num_processes=2, cluster=cluster, ui="none")
+print("ready", session.exec("1 + 1").values, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_kernel_takes_its_session_with_it(cluster):
+    """Another driver (a kernel, as a notebook's) joins by address, opens a session and is
+    SIGKILLed: its actors are owned by it, so the cluster ends them and frees their group."""
+    kernel = subprocess.Popen(
+        [sys.executable, "-c", KERNEL, cluster.address],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = kernel.stdout.readline()
+        assert line.startswith("ready [2, 2]"), line + kernel.stderr.read()
+        assert len(live_actors()) == 2 and len(held_groups()) == 1
+    finally:
+        kernel.kill()
+        kernel.wait(30)
+    said = kernel.stderr.read()
+    assert f"joined the Ray cluster at {cluster.address}" in said, said
+    deadline = time.monotonic() + 30
+    while (live_actors() or held_groups()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not live_actors() and not held_groups()
