@@ -102,6 +102,18 @@ def test_a_raising_rank_raises_its_own_exception_naming_rank_and_node(tmp_path):
     print(f"raise to exception: {after:.3f} s")
 
 
+def fail_first_attempt():
+    if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" and os.environ["RANK"] == "1":
+        raise RuntimeError("first attempt")
+    return int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+
+
+def test_a_restart_starts_every_rank_again_on_the_cluster(capsys):
+    result = on_cluster(fail_first_attempt, max_restarts=1)
+    assert result.values == [1, 1] and result.restarts == 1
+    assert "restarting all 2 processes (restart 1 of 1)" in capsys.readouterr().err
+
+
 def sleep_on(folder: str):
     Path(folder, f"ready{os.environ['RANK']}").touch()
     try:
