@@ -29,7 +29,7 @@ from ..utils.validation import check_number, invalid
 from . import exclusive
 from .errors import SessionBrokenError, SessionClosedError, add_note, shown_as_argument_errors
 from .group import WorkerGroup
-from .launchers import LAUNCHERS
+from .launchers import LAUNCHERS, make_launcher
 from .oom import oom_kills
 from .output import OutputSink
 from .planner import plan_launch
@@ -83,8 +83,11 @@ class Session:
             :func:`notebook_launcher` (``stall_timeout`` and ``stall_notice`` apply per call).
         timeout: seconds each call may take (None: no limit); ``exec`` takes its own too.
         start_timeout: seconds the workers may take to start and form the group.
+        cluster: None (this machine), ``"ray"`` or a :class:`RayCluster`: each rank in a Ray
+            actor on the cluster, as :func:`notebook_launcher` does with ``cluster=``.
 
-    Sessions run on one machine (no multi-node settings) and not on TPUs.
+    Sessions run on one machine (no multi-node settings), or on a Ray cluster (``cluster=``),
+    and not on TPUs.
 
     Example:
         >>> with Session(num_processes=2) as session:
@@ -110,6 +113,7 @@ class Session:
         monitor_interval: float = D.monitor_interval,
         log_line_prefix_template: str | None = D.log_line_prefix_template,
         start_timeout: float = START_TIMEOUT,
+        cluster: Any = None,
     ) -> None:
         settings = dict(locals())
         del settings["self"], settings["start_timeout"]
@@ -117,7 +121,7 @@ class Session:
             self.settings = LaunchSettings(**settings)
             self.start_timeout = check_number("start_timeout", start_timeout, positive=True)
             plan = plan_launch(self.settings)
-            if not LAUNCHERS[plan.start_method].selectable:
+            if not LAUNCHERS[plan.start_method].runs_sessions:
                 raise invalid(
                     "device",
                     plan.device,
@@ -271,7 +275,7 @@ class Session:
         self._calls = 0
         try:
             names.reclaim_orphans()
-            launcher = LAUNCHERS[plan.start_method]()
+            launcher = make_launcher(plan)
             launcher.prepare()
             payload = launcher.payload(_session_function(), ())
             sink = OutputSink(
