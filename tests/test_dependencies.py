@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from IPython.core.inputtransformer2 import TransformerManager
 
 try:
     import tomllib
@@ -73,14 +74,10 @@ def _sources(part: str):
                 for c in cells
                 if c["cell_type"] == "code" and not "".join(c["source"]).lstrip().startswith("%%")
             ]
-            # IPython magics and shell escapes are not Python.
-            text = "\n".join(
-                line
-                for block in code
-                for line in block.splitlines()
-                if not line.lstrip().startswith(("%", "!"))
-            )
-            yield path, text
+            # IPython magics and shell escapes (`x = %magic` too) become Python as IPython
+            # turns them into it.
+            to_python = TransformerManager().transform_cell
+            yield path, "\n".join(to_python(block) for block in code)
         return
     for path in sorted(base.rglob("*.py")):
         yield path, path.read_text()
