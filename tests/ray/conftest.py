@@ -14,8 +14,11 @@ socket in this process.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
+import psutil
 import pytest
+from processtree import live_descendants
 from raycluster import (
     LOOPBACK,
     NO_RAY,
@@ -30,11 +33,23 @@ from raycluster import (
 SETTLE = 5.0  # seconds the cluster gets to show a launch's actors dead and its group removed
 
 
-@pytest.fixture(scope="package")
+HERE = Path(__file__).resolve().parent
+_running: list = []  # the lane's cluster while its tests run
+
+
+@pytest.fixture
 def cluster():
-    """The head node and one worker node; this process joined as the driver."""
+    """The head node and one worker node; this process joined as the driver. Started for the
+    first test of the lane and shut down after its last one (see below), so that tests elsewhere
+    in the same run never see its processes."""
     if ray is None:
         pytest.skip(NO_RAY)
+    if not _running:
+        _running.append(_start())
+    return _running[0]
+
+
+def _start():
     from ray.cluster_utils import Cluster
 
     local = Cluster(
@@ -45,10 +60,37 @@ def cluster():
         local.add_node(**NODE_ARGS, resources={"slot": 2, "pair": 1})
         local.wait_for_nodes()
         ray.init(address=local.address, log_to_driver=False, _node_ip_address=LOOPBACK)
-        yield local
-    finally:
-        ray.shutdown()
-        local.shutdown()
+    except BaseException:
+        _stop(local)
+        raise
+    return local
+
+
+def _stop(local) -> None:
+    ray.shutdown()
+    local.shutdown()
+    _await_cluster_gone()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the lane's last test (the next one lives elsewhere, or there is none): stop the
+    cluster, once the test's own fixtures were torn down."""
+    if _running and (nextitem is None or Path(str(nextitem.path)).resolve().parent != HERE):
+        _stop(_running.pop())
+
+
+def _await_cluster_gone(limit: float = 15.0) -> None:
+    """The cluster's processes (nodes, workers, their helpers) are this process's children:
+    wait until they are gone, and kill what is left, so that no later test finds them."""
+    deadline = time.monotonic() + limit
+    while live_descendants() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for proc in live_descendants():
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
 
 
 @pytest.fixture(autouse=True)
