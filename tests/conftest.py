@@ -66,3 +66,9 @@ def no_leaks():
     assert not left, f"processes left behind: {[(p.pid, p.cmdline()) for p in left]}"
     new_ports = listening_ports() - ports_before
     assert not new_ports, f"ports left listening: {sorted(new_ports)}"
+
+
+def pytest_collection_modifyitems(config, items):
+    """The Ray lane runs last: once this process has been a Ray driver, Ray's threads live on in
+    it, and a worker forked from it afterwards (every local launch test forks) may crash."""
+    items.sort(key=lambda item: "tests/ray/" in item.nodeid.replace("\\", "/"))
