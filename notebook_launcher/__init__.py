@@ -23,6 +23,7 @@ from .data import (
     skip_first_batches,
 )
 from .launch import (
+    ClusterError,
     DeadlockError,
     LaunchBusyError,
     LaunchError,
@@ -34,6 +35,7 @@ from .launch import (
     LaunchTimeoutError,
     NodesMissingError,
     PreflightError,
+    RayCluster,
     RemoteNodeFailedError,
     Session,
     SessionBrokenError,
@@ -162,6 +164,8 @@ __all__ = [
     "LaunchPlan",
     "LaunchResult",
     "LaunchSettings",
+    "RayCluster",
+    "ClusterError",
     "LaunchStoppedError",
     "LaunchTimeoutError",
     "LoggerType",

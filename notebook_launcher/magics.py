@@ -1,12 +1,13 @@
 """IPython magics for sessions: ``%load_ext notebook_launcher``, then
 
-* ``%%distributed [-n N] [--timeout S]``: run the cell's body on every rank of the session (one
-  of N processes is started if none is open), in each rank's own namespace; the cell's value is
-  the list of every rank's last expression (nothing when the body ends in a statement).
+* ``%%distributed [-n N] [--timeout S] [--cluster ray]``: run the cell's body on every rank of the
+  session (one of N processes is started if none is open; ``--cluster ray``: each in a Ray actor
+  on a Ray cluster), in each rank's own namespace; the cell's value is the list of every rank's
+  last expression (nothing when the body ends in a statement).
 * ``%distributed status``, ``%distributed restart``, ``%distributed close``.
 * ``%distributed push NAME [NAME ...]``: bind the kernel's values of those names on every rank.
 * ``%distributed pull NAME``: every rank's value of NAME, as a list.
-* ``%distributed start [-n N]``: start a session without running anything.
+* ``%distributed start [-n N] [--cluster ray]``: start a session without running anything.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .launch.cluster import check_cluster
 from .launch.errors import shown_as_argument_errors
 from .launch.session import Session
 from .utils.validation import check_int, check_number
@@ -52,7 +54,7 @@ def _options(words: list[str], allowed: tuple[str, ...]) -> tuple[dict[str, Any]
                 )
             if i + 1 >= len(words):
                 raise ValueError(f"{word} needs a value")
-            options[name] = _number(name, words[i + 1])
+            options[name] = words[i + 1] if name == "cluster" else _number(name, words[i + 1])
             i += 2
             continue
         rest.append(word)
@@ -60,9 +62,14 @@ def _options(words: list[str], allowed: tuple[str, ...]) -> tuple[dict[str, Any]
     return options, rest
 
 
-_FLAGS = {"num_processes": "-n N", "timeout": "--timeout SECONDS"}
+_FLAGS = {"num_processes": "-n N", "timeout": "--timeout SECONDS", "cluster": "--cluster ray"}
 _SUBCOMMANDS = ("status", "start", "restart", "close", "push", "pull")
-_OPTION_NAMES = {"-n": "num_processes", "--num-processes": "num_processes", "--timeout": "timeout"}
+_OPTION_NAMES = {
+    "-n": "num_processes",
+    "--num-processes": "num_processes",
+    "--timeout": "timeout",
+    "--cluster": "cluster",
+}
 
 
 def _number(name: str, text: str) -> Any:
@@ -75,8 +82,10 @@ def _number(name: str, text: str) -> Any:
     return check_number("timeout", value, positive=True)
 
 
-def _session(num_processes: int | None) -> Callable[[], Session]:
-    """Check ``-n`` against the open session; what returns that session, or starts one."""
+def _session(num_processes: int | None, cluster: str | None = None) -> Callable[[], Session]:
+    """Check ``-n`` and ``--cluster`` against the open session; what returns that session, or
+    starts one."""
+    wanted = check_cluster(cluster)
     session = Session.current()
     if session is not None:
         if num_processes is not None and num_processes != session.num_processes:
@@ -84,20 +93,27 @@ def _session(num_processes: int | None) -> Callable[[], Session]:
                 f"-n {num_processes}: the open session has {session.num_processes} processes; "
                 "`%distributed close` first to start one of another size"
             )
+        if cluster is not None and wanted != session.settings.cluster:
+            raise ValueError(
+                f"--cluster {cluster}: the open session runs elsewhere; `%distributed close` "
+                "first to start one there"
+            )
         return lambda: session
     if num_processes is None:
         raise ValueError(
             "no session is open: give the number of processes, e.g. `%%distributed -n 2`"
         )
-    return lambda: Session(num_processes=num_processes)
+    return lambda: Session(num_processes=num_processes, cluster=wanted)
 
 
 def _cell(ipython: Any, line: str, cell: str) -> Callable[[], Any]:
     """Check the cell magic's options; what runs the body on every rank."""
-    options, rest = _options(shlex.split(line), ("num_processes", "timeout"))
+    options, rest = _options(shlex.split(line), ("num_processes", "timeout", "cluster"))
     if rest:
-        raise ValueError(f"%%distributed takes only -n N and --timeout SECONDS, not {rest!r}")
-    opened = _session(options.get("num_processes"))
+        raise ValueError(
+            f"%%distributed takes only -n N, --timeout SECONDS and --cluster ray, not {rest!r}"
+        )
+    opened = _session(options.get("num_processes"), options.get("cluster"))
     # The body starts on the cell's second line; named as IPython names the cell, so that
     # tracebacks say "Cell In[7], line 3".
     source = "\n" + cell
@@ -141,9 +157,9 @@ def _line(ipython: Any, line: str) -> Callable[[], Any]:
         session = Session.current()
         return lambda: print(session if session is not None else "no session is open")
     if what == "start":
-        options, rest = _options(words, ("num_processes",))
+        options, rest = _options(words, ("num_processes", "cluster"))
         _no_more(what, rest)
-        return _session(options.get("num_processes"))
+        return _session(options.get("num_processes"), options.get("cluster"))
     session = Session.current()
     if session is None:
         raise ValueError(

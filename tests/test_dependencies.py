@@ -26,14 +26,19 @@ ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 # Import name -> distribution, for distributions this test may meet uninstalled (optional extras).
-NOT_INSTALLED_HERE = {"torch_xla": "torch-xla", "lightning": "lightning", "tomli": "tomli"}
+NOT_INSTALLED_HERE = {
+    "torch_xla": "torch-xla",
+    "lightning": "lightning",
+    "tomli": "tomli",
+    "ray": "ray",
+}
 
 # Which dependency lists each part of the tree may draw from.
 PARTS = {
-    "notebook_launcher": ("runtime", "tpu", "integrations"),
-    "tests": ("runtime", "test", "browser", "tpu"),
-    "notebooks": ("runtime", "test"),
-    "benchmarks": ("runtime", "test", "bench"),
+    "notebook_launcher": ("runtime", "tpu", "integrations", "ray"),
+    "tests": ("runtime", "test", "browser", "tpu", "ray"),
+    "notebooks": ("runtime", "test", "ray"),
+    "benchmarks": ("runtime", "test", "bench", "ray"),
     "scripts": ("runtime",),
 }
 

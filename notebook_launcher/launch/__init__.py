@@ -2,6 +2,7 @@
 
 from .api import debug_launcher, notebook_launcher
 from .background import LaunchHandle, launch_in_background
+from .cluster import RayCluster
 from .errors import (
     DeadlockError,
     LaunchBusyError,
@@ -18,6 +19,7 @@ from .errors import (
     WorkersNotStartedError,
     WorkerStalledError,
 )
+from .launchers.ray import ClusterError
 from .plan import LaunchPlan
 from .planner import plan_launch
 from .result import LaunchResult
@@ -28,6 +30,7 @@ __all__ = [
     "Session",
     "SessionBrokenError",
     "SessionClosedError",
+    "ClusterError",
     "DeadlockError",
     "LaunchBusyError",
     "LaunchError",
@@ -39,6 +42,7 @@ __all__ = [
     "LaunchTimeoutError",
     "NodesMissingError",
     "PreflightError",
+    "RayCluster",
     "RemoteNodeFailedError",
     "WorkerFailure",
     "WorkerStalledError",

@@ -45,6 +45,7 @@ def notebook_launcher(
     output: str = D.output,
     ui: str = D.ui,
     rdzv_timeout: float = D.rdzv_timeout,
+    cluster: Any = D.cluster,
 ) -> LaunchResult:
     """Run ``function(*args)`` in ``num_processes`` worker processes and return every result.
 
@@ -111,6 +112,11 @@ def notebook_launcher(
         rdzv_timeout: seconds each node waits for all nodes to arrive (default 300) before
             raising :class:`NodesMissingError` naming the missing nodes, ranks and address;
             ``rdzv_conf["join_timeout"]`` (c10d) or ``["timeout"]`` (static) take precedence.
+        cluster: None (default: this machine), ``"ray"``, or a :class:`RayCluster` with its
+            options: each rank runs in a Ray actor of its own on a Ray cluster, joined as
+            ``ray.init()`` joins one (or started locally), every guarantee above included.
+            ``num_processes`` is then the total number of ranks; ``start_method``,
+            ``num_nodes``, ``node_rank``, ``master_addr`` and the rendezvous settings do not apply.
 
     Returns:
         A :class:`LaunchResult` with each rank's return value (tensors moved to the CPU); with
@@ -124,6 +130,8 @@ def notebook_launcher(
         KeyboardInterrupt: the kernel was interrupted; every worker has been stopped.
         NodesMissingError: a node did not arrive within ``rdzv_timeout``.
         RemoteNodeFailedError: another node failed or stopped; this node's ranks were stopped.
+        ClusterError: the Ray cluster cannot hold every rank, or a rank's actor cannot start.
+        ImportError: ``cluster="ray"`` without Ray installed (names the ``ray`` extra).
         Any exception a rank raised, rebuilt with its own type, its notes naming the rank.
 
     Note:
@@ -167,6 +175,7 @@ def notebook_launcher(
             output=output,
             ui=ui,
             rdzv_timeout=rdzv_timeout,
+            cluster=cluster,
         )
     return run_with_view(function, call_args, settings)
 

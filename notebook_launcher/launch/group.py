@@ -9,7 +9,7 @@ import select
 import time
 from collections.abc import Callable, Collection
 
-from ..protocol import names, results
+from ..protocol import names
 from ..protocol.channel import READ_CHUNK
 from ..protocol.events import (
     EventBatch,
@@ -23,7 +23,6 @@ from ..protocol.status import RankStatus, next_status
 from .launchers import WorkerHandle
 from .output import OutputSink
 from .poller import Poller
-from .process_tree import kill_tree
 from .settings import DEFAULTS
 from .stacks import trim_kernel_frames
 
@@ -159,7 +158,7 @@ class WorkerGroup:
             handle.pid = event.pid
         elif isinstance(event, WorkerFinished) and status is not handle.status:
             # Mapped at once, so the files are gone before anything can remove them.
-            handle.result = results.receive(event.payload)
+            handle.result = handle.receive(event.payload)
             handle.finished_at = self.clock()
         elif status is RankStatus.FAILED and handle.status.active:
             handle.failed = event if not isinstance(event, WorkerExited) else None
@@ -196,10 +195,7 @@ class WorkerGroup:
         ]
         for handle in alive:
             handle.capture = []
-            try:
-                os.kill(handle.pid, names.STACK_DUMP_SIGNAL)
-            except (OSError, TypeError):
-                pass
+            handle.send_signal(names.STACK_DUMP_SIGNAL)
         end = self.clock() + STACK_DUMP_WAIT
         settled_at: dict[WorkerHandle, tuple[int, float]] = {}
         while self.clock() < end:
@@ -242,10 +238,7 @@ class WorkerGroup:
         if handle.exited or handle in self._signalled:
             return
         self._signalled.add(handle)
-        try:
-            os.kill(handle.pid, names.STOP_SIGNAL)
-        except (OSError, TypeError):
-            pass
+        handle.send_signal(names.STOP_SIGNAL)
 
     def teardown(self, reason: str, requested: bool, blamed: tuple[int, ...] = ()) -> None:
         """Stop every rank still at work, give every process the grace to exit, kill what is
@@ -258,7 +251,7 @@ class WorkerGroup:
             self._signal(handle)
         self.await_exits([h for h in self.handles if not h.exited], self.stop_grace)
         for handle in self.handles:  # and whatever the workers left running
-            kill_tree(handle.pid, descendants=not handle.exited)
+            handle.kill()
         self.await_exits([h for h in self.handles if not h.exited], DRAIN_LIMIT)
         end = self.clock() + DRAIN_LIMIT
         while any(c for c in self._by_conn if c is not self._by_conn[c].events):
@@ -286,7 +279,7 @@ class WorkerGroup:
                 for handle in handles:
                     if not handle.exited:
                         logger.info("rank %d did not exit within %g s: killed", handle.rank, limit)
-                        kill_tree(handle.pid)
+                        handle.kill()
                         handle.process.join(DRAIN_LIMIT)
                         handle.exitcode = handle.process.exitcode
                 return

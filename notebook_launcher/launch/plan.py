@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 LOOPBACK = "127.0.0.1"
 
@@ -38,6 +39,7 @@ class LaunchPlan:
     # start_method="auto": fork, switched to spawn where the kernel's state would break forked
     # workers (CUDA initialised) and the function and its arguments can travel by value.
     auto_start_method: bool = False
+    cluster: Any = None  # a RayCluster: the ranks run as Ray actors (start_method "ray")
 
     @property
     def world_size(self) -> int:

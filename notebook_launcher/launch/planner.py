@@ -8,10 +8,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..backends import Backend, launch_backend
+from ..backends import Backend, backend_for, launch_backend
 from ..utils.environment import available_cpu_count
 from ..utils.validation import check_int_in, invalid
-from .launchers import AUTO_START_METHOD, LAUNCHERS
+from .launchers import AUTO_START_METHOD, CLUSTER_START_METHOD, LAUNCHERS
 from .plan import LOOPBACK, LaunchPlan
 from .rendezvous.checks import format_endpoint, node_wait, parse_endpoint
 from .settings import DEFAULT_MULTINODE_PREFIX_TEMPLATE, DEFAULT_PREFIX_TEMPLATE, LaunchSettings
@@ -51,20 +51,23 @@ def plan_launch(
     elif options:
         settings = settings.replace(**options)
     s = settings
-    backend = backend or launch_backend()
-    devices = backend.device_count() if backend.accelerator else 0
-    num_processes = _num_processes(s.num_processes, devices, backend)
     requested = s.start_method
-    method = backend.start_method("fork" if requested == AUTO_START_METHOD else requested)
+    if s.cluster is not None:  # the cluster's nodes, not this machine, run the ranks
+        backend, num_processes, method, threads = _on_cluster(s)
+    else:
+        backend = backend or launch_backend()
+        devices = backend.device_count() if backend.accelerator else 0
+        num_processes = _num_processes(s.num_processes, devices, backend)
+        method = backend.start_method("fork" if requested == AUTO_START_METHOD else requested)
+        LAUNCHERS[method].check_group(num_processes, s.num_nodes, devices)
+        cores = available_cpu_count()
+        threads = s.threads_per_process or max(1, cores // num_processes)
+        threads = check_int_in(
+            "threads_per_process", threads, 1, cores, " (the usable cores of this machine)"
+        )
     if s.mixed_precision not in backend.precisions:
         allowed = " and ".join(map(repr, backend.precisions))
         raise invalid("mixed_precision", s.mixed_precision, f"{backend.label} support {allowed}")
-    LAUNCHERS[method].check_group(num_processes, s.num_nodes, devices)
-    cores = available_cpu_count()
-    threads = s.threads_per_process or max(1, cores // num_processes)
-    threads = check_int_in(
-        "threads_per_process", threads, 1, cores, " (the usable cores of this machine)"
-    )
     host, endpoint_port = parse_endpoint(s.rdzv_endpoint, s.master_addr, s.use_port)
     return LaunchPlan(
         num_processes=num_processes,
@@ -92,7 +95,23 @@ def plan_launch(
         rdzv_conf=s.rdzv_conf,
         rdzv_timeout=node_wait(s.rdzv_conf, s.rdzv_backend, s.rdzv_timeout),
         auto_start_method=requested == AUTO_START_METHOD,
+        cluster=s.cluster,
     )
+
+
+def _on_cluster(s: LaunchSettings) -> tuple[Backend, int, str, int]:
+    """The device, ranks, start method and threads of a launch on a cluster: each rank in an
+    actor of its own, on CPUs, or on one GPU where each rank reserves one."""
+    if s.num_processes is None:
+        raise invalid(
+            "num_processes",
+            None,
+            "say how many ranks to start on the cluster, e.g. num_processes=4",
+        )
+    backend = backend_for("cuda" if s.cluster.gpus else "cpu")
+    cpus = s.cluster.resources.get("CPU", 1.0)
+    threads = s.threads_per_process or max(1, int(cpus))
+    return backend, s.num_processes, CLUSTER_START_METHOD, threads
 
 
 def _num_processes(requested: int | None, devices: int, backend: Backend) -> int:

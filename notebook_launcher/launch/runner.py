@@ -15,7 +15,7 @@ from ..protocol.results import Received
 from ..protocol.spec import WorkerSpec
 from .errors import AttemptFailed
 from .group import WorkerGroup
-from .launchers import LAUNCHERS, Launcher, WorkerHandle
+from .launchers import Launcher, WorkerHandle, make_launcher
 from .output import OutputSink
 from .plan import LaunchPlan
 from .rendezvous import open_rendezvous
@@ -40,7 +40,7 @@ def launch(
     ``streams`` replace the kernel's stdout and stderr for worker lines.
     """
     names.reclaim_orphans()  # the shared memory of kernels that were killed
-    launcher = LAUNCHERS[plan.start_method]()
+    launcher = make_launcher(plan)
     launcher.prepare()
     payload = launcher.payload(function, args)
     stdout, stderr = streams or (None, None)

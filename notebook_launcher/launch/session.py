@@ -29,7 +29,7 @@ from ..utils.validation import check_number, invalid
 from . import exclusive
 from .errors import SessionBrokenError, SessionClosedError, add_note, shown_as_argument_errors
 from .group import WorkerGroup
-from .launchers import LAUNCHERS
+from .launchers import LAUNCHERS, make_launcher
 from .oom import oom_kills
 from .output import OutputSink
 from .planner import plan_launch
@@ -83,8 +83,11 @@ class Session:
             :func:`notebook_launcher` (``stall_timeout`` and ``stall_notice`` apply per call).
         timeout: seconds each call may take (None: no limit); ``exec`` takes its own too.
         start_timeout: seconds the workers may take to start and form the group.
+        cluster: None (this machine), ``"ray"`` or a :class:`RayCluster`: each rank in a Ray
+            actor on the cluster, as :func:`notebook_launcher` does with ``cluster=``.
 
-    Sessions run on one machine (no multi-node settings) and not on TPUs.
+    Sessions run on one machine (no multi-node settings), or on a Ray cluster (``cluster=``),
+    and not on TPUs.
 
     Example:
         >>> with Session(num_processes=2) as session:
@@ -110,6 +113,7 @@ class Session:
         monitor_interval: float = D.monitor_interval,
         log_line_prefix_template: str | None = D.log_line_prefix_template,
         start_timeout: float = START_TIMEOUT,
+        cluster: Any = None,
     ) -> None:
         settings = dict(locals())
         del settings["self"], settings["start_timeout"]
@@ -117,7 +121,7 @@ class Session:
             self.settings = LaunchSettings(**settings)
             self.start_timeout = check_number("start_timeout", start_timeout, positive=True)
             plan = plan_launch(self.settings)
-            if not LAUNCHERS[plan.start_method].selectable:
+            if not LAUNCHERS[plan.start_method].runs_sessions:
                 raise invalid(
                     "device",
                     plan.device,
@@ -271,7 +275,7 @@ class Session:
         self._calls = 0
         try:
             names.reclaim_orphans()
-            launcher = LAUNCHERS[plan.start_method]()
+            launcher = make_launcher(plan)
             launcher.prepare()
             payload = launcher.payload(_session_function(), ())
             sink = OutputSink(
@@ -367,7 +371,8 @@ class Session:
             self._usable()
             try:
                 with shown_as_argument_errors():
-                    body = _pickled(value, parts)
+                    # Ranks on other machines (a cluster) cannot map this one's shared memory.
+                    body = _pickled(value, parts, shared=self._plan.cluster is None)
             except KeyboardInterrupt:  # while a large value was being written: nothing sent
                 raise KeyboardInterrupt(_not_sent(kind)) from None
             try:
@@ -529,13 +534,13 @@ PICKLE_ADVICE = (
 
 
 class Body:
-    """What a call sends every rank: ``value`` pickled by value once for all of them, its large
-    pieces (tensors, arrays of 1 MB and more) in shared-memory files that every rank maps, which
-    :meth:`release` removes once the call has ended. The files are named after the kernel, so
-    those of a kernel killed meanwhile are removed by the next launch or session."""
+    """What a call sends every rank: ``value`` pickled by value once for all of them; with
+    ``shared``, its large pieces (tensors, arrays of 1 MB and more) in shared-memory files that
+    every rank maps, which :meth:`release` removes once the call has ended. The files are named
+    after the kernel, so those of a kernel killed meanwhile are removed by its janitor."""
 
-    def __init__(self, value: Any) -> None:
-        self.data, self.paths = results.share(value, os.getpid())
+    def __init__(self, value: Any, shared: bool = True) -> None:
+        self.data, self.paths = results.share(value, os.getpid() if shared else None)
 
     def release(self) -> None:
         for path in self.paths:
@@ -543,11 +548,11 @@ class Body:
         self.paths = ()
 
 
-def _pickled(value: Any, parts: dict[str, Any]) -> Body:
-    """``value`` pickled for every rank; else a TypeError naming the part of it (of
-    ``parts``) that cannot be."""
+def _pickled(value: Any, parts: dict[str, Any], shared: bool = True) -> Body:
+    """``value`` pickled for every rank (``shared``: large pieces through shared memory); else a
+    TypeError naming the part of it (of ``parts``) that cannot be."""
     try:
-        return Body(value)
+        return Body(value, shared)
     except Exception as error:
         for name, part in parts.items():
             problem = find_unpicklable(part, name)

@@ -15,7 +15,6 @@ the session (its processes are then stopped, and ``restart()`` starts new ones).
 from __future__ import annotations
 
 import dataclasses
-import os
 import signal
 
 from ..protocol import results
@@ -172,10 +171,7 @@ class CallSupervisor(Supervisor):
                 self.busy.add(rank)
             if rank in self.busy and rank not in self.ended and rank not in self._signalled:
                 self._signalled.add(rank)
-                try:
-                    os.kill(handle.pid, signal.SIGINT)  # the call raises KeyboardInterrupt there
-                except (OSError, TypeError):
-                    pass
+                handle.send_signal(signal.SIGINT)  # the call raises KeyboardInterrupt there
         return len(self.ended) == len(self.handles)
 
     def _broke(self) -> bool:

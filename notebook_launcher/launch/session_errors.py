@@ -107,6 +107,8 @@ class _Renderer:
 
 def _who(failure: WorkerFailure) -> str:
     node = "" if failure.node_rank is None else f"node {failure.node_rank}, "
+    if failure.node is not None:  # a rank on a cluster: its node's address and id
+        node = f"node {failure.node}, "
     return f"Raised on rank {failure.rank} ({node}pid {failure.pid})"
 
 

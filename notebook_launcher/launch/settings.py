@@ -15,6 +15,7 @@ from typing import Any
 from ..ui import check_ui
 from ..utils.enums import MIXED_PRECISION_CHOICES
 from ..utils.validation import check_int_in, check_seconds, invalid
+from .cluster import check_cluster, check_cluster_settings
 from .launchers import AUTO_START_METHOD, START_METHODS
 from .rendezvous.checks import check_rdzv_conf, parse_endpoint
 
@@ -66,6 +67,7 @@ class LaunchSettings:
     output: str = "all"
     ui: str = "auto"
     rdzv_timeout: float = 300.0
+    cluster: Any = None  # None (this machine), "ray" or a RayCluster; kept as a RayCluster
 
     def __post_init__(self) -> None:
         for name, value in _checked(self).items():
@@ -102,6 +104,9 @@ def _checked(settings: LaunchSettings) -> dict[str, Any]:
     """Every setting checked, in the order a user reads them, in its one form."""
     s = settings
     check_ui(s.ui)
+    cluster = check_cluster(s.cluster)
+    if cluster is not None:
+        check_cluster_settings(cluster, {name: getattr(s, name) for name in NAMES})
     if s.num_processes is not None:
         check_int_in("num_processes", s.num_processes, 1)
     num_nodes = check_int_in("num_nodes", s.num_nodes, 1, MOST_NODES)
@@ -149,6 +154,7 @@ def _checked(settings: LaunchSettings) -> dict[str, Any]:
         "output": _choice("output", s.output, OUTPUT_CHOICES),
         "log_line_prefix_template": _prefix_template(s.log_line_prefix_template),
         "rdzv_timeout": float(s.rdzv_timeout),
+        "cluster": cluster,
     }
 
 

@@ -143,7 +143,7 @@ class Supervisor:
             return
         self._next_sample = now + SAMPLE_EVERY
         for handle in self.group.active():
-            if self.meter.worked(handle.rank, handle.pid, now):
+            if self.meter.worked(handle.rank, handle.local_pid, now):
                 handle.last_alive = now
 
     def _tick(self, now: float) -> None:
@@ -205,6 +205,7 @@ class Supervisor:
             exitcode=handle.exitcode,
             last_lines=self.sink.tail(handle.rank),
             node_rank=handle.node_rank,
+            node=handle.node,
         )
         if handle.failed is not None:
             return WorkerFailure.from_event(handle.failed, **known)
@@ -216,6 +217,9 @@ class Supervisor:
 
     def _death(self, handle: WorkerHandle) -> str:
         """Why a rank's process ended without returning or raising, as far as can be told."""
+        told = handle.death()
+        if told is not None:
+            return told
         memory = memory_text(self.meter.rss.get(handle.rank))
         oom = killed_for_memory(handle.exitcode, self._oom_kills)
         if oom:

@@ -26,6 +26,9 @@ class WorkerContext:
     mixed_precision: str
     restart_count: int
     channel: Any = field(default=None, repr=False, compare=False)  # EventChannel to the kernel
+    # Whether the kernel can map this machine's shared memory (large results travel there);
+    # False for a rank on another machine of a cluster.
+    shared_memory: bool = True
 
 
 _context = ReplicaLocal()  # per thread where XLA replicas are threads

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class WorkerStarted:
-    """A worker finished its bootstrap and is about to call the user's function."""
+    """A worker finished its bootstrap and is about to call the user's function; ``node`` names
+    the machine of a rank on a cluster ("" on this one)."""
 
     rank: int
     pid: int
     time: float
+    node: str = ""
 
 
 @dataclass(frozen=True)

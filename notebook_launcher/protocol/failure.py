@@ -47,6 +47,7 @@ class WorkerFailure:
     payload: bytes | None = field(default=None, repr=False)
     node_rank: int | None = None  # set in multi-node launches
     call: int | None = None  # a session's call that raised (its process lives on)
+    node: str | None = None  # a rank on a cluster: the node it ran on ("ip, node id")
 
     @classmethod
     def from_event(
@@ -58,6 +59,7 @@ class WorkerFailure:
         exitcode: int | None,
         last_lines: tuple[str, ...] = (),
         node_rank: int | None = None,
+        node: str | None = None,
     ) -> WorkerFailure:
         """The failure a worker reported, with what the reader knows about its process."""
         return cls(
@@ -71,6 +73,7 @@ class WorkerFailure:
             last_lines=last_lines,
             payload=event.payload,
             node_rank=node_rank,
+            node=node,
         )
 
     @property
@@ -79,6 +82,8 @@ class WorkerFailure:
 
     def headline(self) -> str:
         node = "" if self.node_rank is None else f"node {self.node_rank}, "
+        if self.node is not None:
+            node = f"{self.node}, "
         where = f"rank {self.rank} ({node}local rank {self.local_rank}, pid {self.pid})"
         if self.exc_type is None:
             return f"{where} died with {self.exit}: {self.message}"

@@ -25,6 +25,7 @@ STOP_SIGNAL = signal.SIGTERM
 WORKER_ENTRY = "notebook_launcher.worker.bootstrap:run_worker"
 SESSION_LOOP = "notebook_launcher.worker.session_loop:serve"  # what a session's workers run
 XLA_HELPER_ENTRY = "notebook_launcher.worker.xla_replica:run_helper"
+RAY_RANK_ACTOR = "notebook_launcher.worker.remote:RankActor"  # each rank's actor on a cluster
 WORKER_FUNCTION = WORKER_ENTRY.rpartition(":")[2]  # the bottom frame of every worker's stack
 
 # Where a rank waits in a shared-memory collective (the kernel names that place in stall reports).

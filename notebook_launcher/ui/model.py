@@ -40,6 +40,7 @@ class RankState:
     rank: int
     state: RankStatus = RankStatus.STARTING
     pid: int | None = None
+    node: str = ""  # a rank on a cluster: the node it runs on
     step: float | None = None  # the latest step it logged metrics at
     done: int | None = None  # progress: items done, items expected, description
     total: int | None = None
@@ -144,6 +145,7 @@ class RunModel:
             return
         state.state = next_status(state.state, event)
         state.pid, state.started, state.ended = event.pid, now, None
+        state.node = event.node or state.node
         state.error = state.stop_reason = ""
         state.exitcode = None
         state.stop_requested = state.blamed = False

@@ -154,10 +154,12 @@ def status_html(model: RunModel, now: float) -> str:
     """The whole rank table as one HTML fragment (one widget value)."""
     with model.lock:
         show_memory = any(state.memory is not None for state in model.ranks)
-        rows = [_row(state, now, show_memory) for state in model.ranks]
+        show_node = any(state.node for state in model.ranks)
+        rows = [_row(state, now, show_memory, show_node) for state in model.ranks]
         title = _title_html(model, now)
         outcome = model.outcome
-    heads = ["rank", "state", "progress", "step", "it/s", "last seen"]
+    heads = ["rank", *(["node"] if show_node else []), "state", "progress", "step", "it/s"]
+    heads.append("last seen")
     if show_memory:
         heads.append("memory")
     heads.append("details")
@@ -207,10 +209,11 @@ def _cause_html(state: RankState) -> str:
     )
 
 
-def _row(state: RankState, now: float, show_memory: bool) -> str:
+def _row(state: RankState, now: float, show_memory: bool, show_node: bool = False) -> str:
     seen = ago(now - state.last_alive) if state.state in ACTIVE and state.last_alive else ""
     cells = [
         str(state.rank),
+        *([clipped_html(state.node, STATUS_CHARS)] if show_node else []),
         _badge(state.state, state.state),
         _bar_html(state),
         number(state.step if state.step is not None else state.done),
@@ -294,6 +297,8 @@ def status_text(model: RunModel, now: float) -> str:
 
 def _text_row(state: RankState) -> str:
     parts = [f"  rank {state.rank:<3} {state.state:<9}"]
+    if state.node:
+        parts.append(f"on {state.node}")
     part = fraction(state)
     if part is not None:
         filled = round(part * TEXT_BAR)

@@ -64,6 +64,7 @@ def serve() -> None:
         raise RuntimeError("serve() runs only in a session's worker (it has no command pipe)")
     ctx = current_context()
     rank, channel = ctx.rank, ctx.channel
+    owner = os.getppid() if ctx.shared_memory else None  # the kernel, which maps the results
     signal.signal(signal.SIGINT, _interrupt)
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
     sockets = GroupSockets(ctx.master_port)
@@ -101,11 +102,11 @@ def serve() -> None:
                 raise CellInterrupted()
             value = _perform(command, namespace, staged)
             _phase = IDLE
-            event = result_event(rank, value, os.getppid())  # the kernel owns the file
+            event = result_event(rank, value, owner)
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the kernel
             _phase = IDLE
             if isinstance(exc, SystemExit) and exc.code in (None, 0):
-                event = result_event(rank, None, os.getppid())
+                event = result_event(rank, None, owner)
             else:
                 event = failure_event(rank, exc)
             del exc  # its traceback holds the command's frames

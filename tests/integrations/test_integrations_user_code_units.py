@@ -53,6 +53,7 @@ def test_the_cell_shows_one_label_and_the_tail_keeps_it_once():
     sink = OutputSink("all", lambda rank: f"[rank{rank}] ", stdout=out, stderr=out)
     sink.write(OutputLine(1, "stderr", "[rank1]: ValueError: boom"))
     sink.write(OutputLine(1, "stdout", "[rank: 1] Seed set to 7"))
+    sink.flush()  # the worker group flushes once it has handled what it read
     assert out.getvalue().splitlines() == ["[rank1] ValueError: boom", "[rank1] Seed set to 7"]
     assert sink.tail(1) == ("[rank1] ValueError: boom", "[rank1] Seed set to 7")
 
@@ -61,6 +62,7 @@ def test_a_prefix_without_the_rank_keeps_the_librarys_label():
     out = io.StringIO()
     sink = OutputSink("all", lambda rank: "[node0] ", stdout=out, stderr=out)
     sink.write(OutputLine(1, "stderr", "[rank1]: ValueError: boom"))
+    sink.flush()
     assert out.getvalue() == "[node0] [rank1]: ValueError: boom\n"
 
 

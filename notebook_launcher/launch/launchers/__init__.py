@@ -3,8 +3,11 @@ the launch read. Adding a start method is one module here and one line in :data:
 
 from __future__ import annotations
 
+from typing import Any
+
 from .base import Launcher, WorkerHandle
 from .fork import ForkLauncher
+from .ray import RayLauncher
 from .spawn import SpawnLauncher
 from .xla import XlaLauncher
 
@@ -12,19 +15,30 @@ LAUNCHERS: dict[str, type[Launcher]] = {
     "fork": ForkLauncher,
     "spawn": SpawnLauncher,
     "xla": XlaLauncher,
+    "ray": RayLauncher,
 }
 # What ``start_method=`` accepts; the device may replace it (see ``Backend.start_methods``).
 START_METHODS = tuple(name for name, cls in LAUNCHERS.items() if cls.selectable)
 # Fork, or spawn where the kernel's state would break forked workers (see the preflight checks).
 AUTO_START_METHOD = "auto"
+CLUSTER_START_METHOD = "ray"  # a launch with cluster=: each rank in a Ray actor
+
+
+def make_launcher(plan: Any) -> Launcher:
+    """The launcher that starts the workers of ``plan``."""
+    return LAUNCHERS[plan.start_method].for_plan(plan)
+
 
 __all__ = [
     "AUTO_START_METHOD",
+    "CLUSTER_START_METHOD",
     "LAUNCHERS",
+    "RayLauncher",
     "START_METHODS",
     "ForkLauncher",
     "Launcher",
     "SpawnLauncher",
     "WorkerHandle",
     "XlaLauncher",
+    "make_launcher",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from abc import ABC
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from typing import Any
 import cloudpickle
 import torch.multiprocessing as tmp
 
+from ...protocol import results
 from ...protocol.channel import LineSplitter
 from ...protocol.names import STACK_DUMP_SIGNAL, WORKER_ENTRY, entry_point
 from ...protocol.results import Received
@@ -41,6 +43,35 @@ class WorkerHandle:
     commands: Any = None  # a session's worker: the write end of its command pipe
     # ... and the call it has taken (shared memory it writes and the kernel reads: no message)
     taken: Any = None
+    node: str | None = None  # a rank on another machine: its node, as errors name it
+
+    @property
+    def local_pid(self) -> int | None:
+        """The pid of the worker's process on this machine (measured for work); None for a
+        rank that runs elsewhere."""
+        return self.pid
+
+    def send_signal(self, signum: int) -> None:
+        """Deliver ``signum`` to the worker (stop, stack dump, interrupt); a worker that is
+        gone is left alone."""
+        try:
+            os.kill(self.pid, signum)
+        except (OSError, TypeError):
+            pass
+
+    def kill(self) -> None:
+        """Kill the worker and everything it started (its process group alone once the worker
+        was collected: its pid may belong to another process by now)."""
+        kill_tree(self.pid, descendants=not self.exited)
+
+    def receive(self, payload: bytes) -> Received:
+        """The rank's return value from its ``WorkerFinished`` payload (mapped at once)."""
+        return results.receive(payload)
+
+    def death(self) -> str | None:
+        """Why the process ended without a word, where the launcher knows more than its exit
+        code (a lost node); None otherwise."""
+        return None
 
     @property
     def exited(self) -> bool:
@@ -59,7 +90,7 @@ class WorkerHandle:
 
     def discard(self) -> None:
         """Kill the worker and everything it started, and release its pipes."""
-        kill_tree(self.pid)
+        self.kill()
         self.process.join(1.0)
         self.close()
 
@@ -74,15 +105,23 @@ class Launcher(ABC):
         ships_by_value: whether the function and its arguments travel pickled (so they are
             checked for picklability first) rather than inherited.
         pickle_advice: why they must pickle and what to do when they do not.
+        runs_sessions: whether a :class:`~notebook_launcher.Session` can start its workers
+            with it.
     """
 
     start_method: str
     selectable: bool = True
     ships_by_value: bool = False
     pickle_advice: str = ""
+    runs_sessions: bool = True  # whether a Session's workers can be started with it
 
     def __init__(self) -> None:
         self.context = tmp.get_context(self.start_method)
+
+    @classmethod
+    def for_plan(cls, plan: Any) -> Launcher:
+        """The launcher that starts ``plan``'s workers."""
+        return cls()
 
     @classmethod
     def check_group(cls, num_processes: int, num_nodes: int, devices: int) -> None:

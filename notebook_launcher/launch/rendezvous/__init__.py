@@ -9,7 +9,7 @@ from typing import Any
 
 from ..plan import LaunchPlan
 from .c10d import C10dNodes
-from .local import Attempt, LocalRendezvous
+from .local import Attempt, ClusterRendezvous, LocalRendezvous
 from .static import StaticNodes
 
 __all__ = ["Attempt", "open_rendezvous"]
@@ -22,6 +22,8 @@ def open_rendezvous(plan: LaunchPlan, notice: Callable[[str], None]) -> Any:
         plan: the validated :class:`LaunchPlan`.
         notice: called with each line the launcher has to say in the cell (waiting, restarts).
     """
+    if plan.cluster is not None:
+        return ClusterRendezvous(plan)  # the ranks meet at a store rank 0's actor hosts
     if not plan.multi_node:
         return LocalRendezvous(plan)
     if plan.rdzv_backend == "c10d":

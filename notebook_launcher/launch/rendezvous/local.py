@@ -61,3 +61,18 @@ class LocalRendezvous:
 
     def close(self) -> None:
         """Nothing outlives an attempt on one node."""
+
+
+class ClusterRendezvous:
+    """The rendezvous of a launch on a cluster: nothing in the kernel (rank 0's actor hosts the
+    job's store, on its own node)."""
+
+    def __init__(self, plan: Any) -> None:
+        self.plan = plan
+
+    @contextlib.contextmanager
+    def attempt(self, restart: int):
+        yield Attempt(self.plan, 0)
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -30,6 +30,7 @@ class XlaLauncher(Launcher):
     start_method = "xla"
     selectable = False  # the device decides: every launch on an XLA host goes through xmp
     ships_by_value = True  # xmp pickles what it ships to the replicas, even under fork
+    runs_sessions = False
     pickle_advice = (
         "On XLA devices torch_xla's xmp.spawn pickles the function and its arguments to start "
         "the replicas, even though it forks them, so nothing is inherited; notebook_launcher "

@@ -1,0 +1,322 @@
+"""Ray: each rank in a Ray actor of its own, anywhere on a Ray cluster, supervised from the kernel.
+
+The kernel is the cluster's driver. Each attempt reserves one placement group for all its ranks
+(all start or none), starts one actor per rank in it (owned by the kernel, so they die with it),
+lets rank 0's actor host the job's rendezvous store, and gives every rank the torchrun
+environment. Events and output come back over one authenticated socket per rank
+(:mod:`.links`), which the ranks' handles turn into what a local worker's pipes carry: the worker
+group, supervisor, watchdogs and views are the same as for fork and spawn.
+
+Ray does what it is good at: scheduling, GPU assignment, shipping packages (``runtime_env``),
+noticing a lost node, and moving large return values (through its object store).
+
+Ray is imported only once a launch starts (:meth:`RayLauncher.prepare`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from typing import Any
+
+from ....protocol import remote
+from ....protocol.names import RAY_RANK_ACTOR, entry_point
+from ....protocol.spec import WorkerSpec
+from ..base import Launcher, WorkerHandle
+from .cluster import ClusterError, Placement, join, reserve
+from .links import Commands, Relay, RemoteHandle, close_writers, new_handle
+
+logger = logging.getLogger(__name__)
+WATCH_EVERY = 0.1  # seconds between the watcher's looks at the ranks' runs
+NODE_LOST = "its node has died"  # in Ray's message when an actor's node left the cluster
+
+__all__ = ["ClusterError", "RayLauncher"]
+
+
+class RayLauncher(Launcher):
+    """Starts each rank as a Ray actor on the cluster ``plan.cluster`` describes."""
+
+    start_method = "ray"
+    selectable = False  # chosen with cluster=, not start_method=
+    ships_by_value = True
+    pickle_advice = (
+        "On a Ray cluster the function and every argument travel to the ranks' actors by value "
+        "(cloudpickle): pass something picklable (a path, a config, plain tensors) and create the "
+        "object inside the function. Modules they import must be installed on every node, or "
+        "shipped with RayCluster(runtime_env={'py_modules': [...]})."
+    )
+
+    def __init__(self, plan: Any = None) -> None:
+        self.plan = plan
+        self.ray: Any = None
+        self._actor_class: Any = None
+
+    @classmethod
+    def for_plan(cls, plan: Any) -> Launcher:
+        return cls(plan)
+
+    def prepare(self) -> None:
+        self.ray = join(self.plan.cluster)
+
+    def start_group(self, specs: list[WorkerSpec], payload: Any, now: float) -> list[WorkerHandle]:
+        if self.ray is None:
+            self.prepare()
+        if self._actor_class is None:
+            self._actor_class = self.ray.remote(entry_point(RAY_RANK_ACTOR))
+        attempt = ClusterAttempt(self.ray, self.plan.cluster, self._actor_class)
+        return attempt.start(specs, payload)
+
+
+class ClusterAttempt:
+    """The actors, placement group, listener and threads of one attempt; released (nothing of it
+    left on the cluster) once every handle is closed, or at once if it cannot start."""
+
+    def __init__(self, ray: Any, settings: Any, actor_class: Any) -> None:
+        self.ray = ray
+        self.settings = settings
+        self.actor_class = actor_class
+        self.send_lock = threading.Lock()
+        self.handles: list[RemoteHandle] = []
+        self.placement: Placement | None = None
+        self.relay: Relay | None = None
+        self._closed: set[int] = set()
+        self._killed: set[int] = set()
+        self._released = False
+        self._lock = threading.Lock()
+        self._watcher: threading.Thread | None = None
+
+    # -- starting ---------------------------------------------------------------------------
+
+    def start(self, specs: list[WorkerSpec], payload: Any) -> list[WorkerHandle]:
+        ray = self.ray
+        try:
+            placement = self.placement = reserve(ray, self.settings, len(specs))
+            self.handles = [
+                new_handle(
+                    rank,
+                    placement.local_ranks[rank],
+                    placement.node_ranks[rank],
+                    placement.node_label(rank),
+                    self,
+                )
+                for rank in range(len(specs))
+            ]
+            secret = remote.new_secret()
+            restart = specs[0].context.restart_count
+            self.relay = Relay(ray.util.get_node_ip_address(), secret, restart, self.handles)
+            shipped = ray.put(payload)
+            for handle in self.handles:
+                handle.actor = self.actor_class.options(**self._options(handle.rank)).remote()
+                if specs[0].session:  # commands travel over the rank's socket
+                    handle.commands = Commands(handle)
+            store = self.handles[0].actor.host_store.remote()
+            for handle, spec in zip(self.handles, specs, strict=True):
+                handle.run = handle.actor.run.remote(
+                    self._spec(spec, handle.rank),
+                    shipped,
+                    self.relay.address,
+                    secret,
+                    store,
+                    placement.row_label(handle.rank),
+                )
+            self._watcher = threading.Thread(
+                target=self._watch, name="notebook_launcher-ray-watch", daemon=True
+            )
+            self._watcher.start()
+            self._await_ranks()
+            started = time.monotonic()
+            for handle in self.handles:  # supervised from now: the start is no quiet time
+                handle.last_alive = started
+        except BaseException:
+            self.release()
+            raise
+        return list(self.handles)
+
+    def _options(self, rank: int) -> dict[str, Any]:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        resources = self.settings.resources
+        options: dict[str, Any] = {
+            "num_cpus": resources.pop("CPU", 0),
+            "num_gpus": resources.pop("GPU", 0),
+            "max_restarts": 0,
+            "max_task_retries": 0,
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                placement_group=self.placement.group,
+                placement_group_bundle_index=self.placement.bundles[rank],
+            ),
+        }
+        if "memory" in resources:
+            options["memory"] = resources.pop("memory")
+        if resources:
+            options["resources"] = resources
+        if self.settings.runtime_env is not None:
+            options["runtime_env"] = dict(self.settings.runtime_env)
+        return options
+
+    def _spec(self, spec: WorkerSpec, rank: int) -> WorkerSpec:
+        """``spec`` as the rank's node sees it: its place among the node's ranks, and results
+        that travel over its socket or the object store (not this machine's shared memory)."""
+        placement = self.placement
+        context = dataclasses.replace(
+            spec.context,
+            local_rank=placement.local_ranks[rank],
+            local_world_size=placement.local_world_size(rank),
+            node_rank=placement.node_ranks[rank],
+            num_nodes=placement.num_nodes,
+            shared_memory=False,
+        )
+        return dataclasses.replace(spec, context=context, parent_pid=None)
+
+    def _await_ranks(self) -> None:
+        """Wait until every rank connected, or a rank's run ended before it could (its actor
+        could not start: raised as a :class:`ClusterError`), within the settings' timeout."""
+        deadline = time.monotonic() + self.settings.timeout
+        while not self.relay.wait_joined(0.05):
+            ended = [h for h in self.handles if h.process.known and h.link is None]
+            if ended:
+                handle = ended[0]
+                raise ClusterError(
+                    f"rank {handle.rank}'s actor could not start on {handle.node}: "
+                    f"{handle.process.death or 'its run ended before it connected'}"
+                )
+            if any(h.process.known for h in self.handles):
+                return  # a rank that joined already ended: the supervisor reports it
+            if time.monotonic() >= deadline:
+                missing = [h.rank for h in self.handles if h.link is None]
+                raise ClusterError(
+                    f"rank {', '.join(map(str, missing))} did not connect to this kernel within "
+                    f"{self.settings.timeout:g} s (listening on "
+                    f"{self.relay.address[0]}:{self.relay.address[1]}): can the nodes reach "
+                    "this kernel at that address? (RayCluster(timeout=...) waits longer)"
+                )
+
+    # -- watching ---------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        ray = self.ray
+        while not self._released:
+            for handle in self.handles:
+                handle.process.overdue()
+            pending = {h.run: h for h in self.handles if h.run is not None and not h.process.known}
+            if not pending:
+                if all(not h.process.is_alive() for h in self.handles):
+                    return
+                time.sleep(WATCH_EVERY)
+                continue
+            try:
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=WATCH_EVERY)
+            except Exception:  # the driver is shutting down
+                return
+            for ref in ready:
+                self._ended(pending[ref], ref)
+
+    def _ended(self, handle: RemoteHandle, ref: Any) -> None:
+        ray = self.ray
+        try:
+            code, death = int(ray.get(ref)), None
+        except ray.exceptions.RayActorError as error:
+            code, death = -9, self._death(handle, error)
+        except Exception as error:  # the run itself failed in the actor
+            code, death = 1, f"its Ray task failed: {_first_lines(error)}"
+        if handle.link is None:
+            close_writers(handle)
+        handle.process.ended(code, death)
+
+    def _death(self, handle: RemoteHandle, error: BaseException) -> str | None:
+        """Why a rank's actor died, as a report says it (None: the kernel killed it)."""
+        if handle.rank in self._killed:
+            return None
+        text = str(error)
+        node_id = self.placement.node_ids[handle.rank]
+        node = next((n for n in self._nodes() if n.get("NodeID") == node_id), {})
+        if NODE_LOST in text or node.get("Alive") is False:
+            ranks = self.placement.ranks_on(node_id)
+            address = self.placement.addresses.get(node_id, "?")
+            why = node.get("DeathReasonMessage") or _after(text, NODE_LOST)
+            return (
+                f"its node was lost: {handle.node.split(',')[0]} (address {address}, Ray node "
+                f"{node_id}) left the cluster{f' ({why})' if why else ''}, with rank "
+                f"{', '.join(map(str, ranks))} on it; the other ranks were stopped"
+            )
+        if "No module named" in text or getattr(error, "actor_init_failed", False):
+            return (
+                f"its Ray actor could not start: {_first_lines(error)}. notebook_launcher and "
+                "what the function imports must be installed on every node (or shipped with "
+                "RayCluster(runtime_env={'py_modules': [...]} or {'pip': [...]}))"
+            )
+        return f"its Ray actor died: {_first_lines(error)}"
+
+    def _nodes(self) -> list[dict]:
+        try:
+            return self.ray.nodes()
+        except Exception:
+            return []
+
+    # -- what the handles ask -----------------------------------------------------------------
+
+    def kill(self, handle: RemoteHandle) -> None:
+        self._killed.add(handle.rank)
+        handle.process.killed = True
+        if handle.actor is not None:
+            try:
+                self.ray.kill(handle.actor, no_restart=True)
+            except Exception:  # already gone
+                pass
+
+    def fetch(self, data: bytes) -> bytes:
+        """A return value a rank put into the object store (it is freed there once fetched)."""
+        import ray.cloudpickle
+
+        ref = ray.cloudpickle.loads(data)
+        value = self.ray.get(ref)
+        try:
+            from ray._private.internal_api import free
+
+            free([ref])
+        except Exception:
+            pass
+        return value
+
+    def closed(self, handle: RemoteHandle) -> None:
+        with self._lock:
+            self._closed.add(handle.rank)
+            done = len(self._closed) == len(self.handles)
+        if done:
+            self.release()
+
+    def release(self) -> None:
+        """Kill every actor, close the listener, remove the placement group. Idempotent."""
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+        for handle in self.handles:
+            self.kill(handle)
+        if self.relay is not None:
+            self.relay.close()
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join(2.0)
+        if self.placement is not None:
+            try:
+                from ray.util.placement_group import remove_placement_group
+
+                remove_placement_group(self.placement.group)
+            except Exception as error:
+                logger.info("could not remove the placement group: %s", error)
+        for handle in self.handles:
+            handle.process.release()
+            handle.run = handle.actor = None
+
+
+def _first_lines(error: BaseException, count: int = 3) -> str:
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return " ".join(lines[:count]) or type(error).__name__
+
+
+def _after(text: str, marker: str) -> str:
+    rest = text.split(marker, 1)[-1] if marker in text else ""
+    lines = [line.strip(" .\t") for line in rest.splitlines() if line.strip(" .\t")]
+    return "; ".join(line for line in lines[1:] if not line.startswith("Node Id"))[:300]

@@ -1,0 +1,169 @@
+"""Joining a Ray cluster as its driver, and reserving room for every rank of a launch at once."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ...cluster import RayCluster
+from ...errors import LaunchError
+
+logger = logging.getLogger(__name__)
+INSTALL_HINT = 'pip install "notebook_launcher[ray]"'
+PLACEMENT_POLL = 0.05  # seconds between looks at a placement group being reserved
+_told: set[str] = set()  # the clusters this kernel already said it uses
+
+
+class ClusterError(LaunchError):
+    """The Ray cluster cannot run the launch: it cannot hold every rank, or a rank's actor could
+    not start (the message says what was asked, what the cluster has, and what to do)."""
+
+
+def import_ray() -> Any:
+    """The ``ray`` module; an ImportError naming the extra to install when it is missing."""
+    try:
+        import ray
+    except ImportError as error:
+        raise ImportError(
+            f"cluster='ray' runs the ranks on a Ray cluster, and Ray is not installed in this "
+            f"kernel's environment ({error}). Install the `ray` extra: {INSTALL_HINT}"
+        ) from error
+    return ray
+
+
+def join(settings: RayCluster) -> Any:
+    """Be the driver of the cluster ``settings`` names, as ``ray.init()`` would choose it: the
+    one this kernel already joined, ``address``, ``RAY_ADDRESS``, a cluster started on this
+    machine, else a new local instance. Says once per cluster which one it uses."""
+    ray = import_ray()
+    if ray.is_initialized():
+        _say(ray, "uses the Ray cluster this kernel joined")
+        return ray
+    address = settings.address or os.environ.get("RAY_ADDRESS") or None
+    # Output travels over the launch's own socket, labelled by rank: Ray's copy of it would
+    # print each line again, unlabelled, in whichever cell runs at the time.
+    ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    started = getattr(getattr(ray._private.worker, "_global_node", None), "head", False)
+    _say(ray, "started a local Ray instance" if started else "joined the Ray cluster")
+    return ray
+
+
+def _say(ray: Any, what: str) -> None:
+    context = ray.get_runtime_context()
+    address = getattr(context, "gcs_address", "") or ""
+    if address in _told:
+        return
+    _told.add(address)
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    total = ray.cluster_resources()
+    cpus, gpus = total.get("CPU", 0), total.get("GPU", 0)
+    text = (
+        f"notebook_launcher: {what} at {address} ({len(nodes)} node"
+        f"{'s' if len(nodes) != 1 else ''}, {_amount(cpus)} CPUs"
+        + (f", {_amount(gpus)} GPUs" if gpus else "")
+        + ")"
+    )
+    logger.info(text)
+    print(text, file=sys.stderr, flush=True)
+
+
+def _amount(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the ranks of one attempt run: their placement group and, for each rank, its bundle,
+    node and place among the node's ranks."""
+
+    group: Any
+    bundles: tuple[int, ...]  # rank -> bundle index
+    node_ids: tuple[str, ...]  # rank -> Ray node id
+    node_ranks: tuple[int, ...]  # rank -> index of its node (in order of first rank)
+    local_ranks: tuple[int, ...]  # rank -> its index among its node's ranks
+    addresses: dict[str, str]  # node id -> address
+
+    @property
+    def num_nodes(self) -> int:
+        return len(set(self.node_ids))
+
+    def local_world_size(self, rank: int) -> int:
+        return self.node_ids.count(self.node_ids[rank])
+
+    def node_label(self, rank: int) -> str:
+        """'node 1 at 10.0.0.5, Ray node 4d465432' (the node's name in errors)."""
+        node = self.node_ids[rank]
+        return (
+            f"node {self.node_ranks[rank]} at {self.addresses.get(node, '?')}, Ray node {node[:8]}"
+        )
+
+    def row_label(self, rank: int) -> str:
+        """'1 · 10.0.0.5' (the node in a rank's status row)."""
+        return f"{self.node_ranks[rank]} · {self.addresses.get(self.node_ids[rank], '?')}"
+
+    def ranks_on(self, node_id: str) -> list[int]:
+        return [rank for rank, node in enumerate(self.node_ids) if node == node_id]
+
+
+def reserve(ray: Any, settings: RayCluster, ranks: int) -> Placement:
+    """A placement group of one bundle per rank, reserved at once (all ranks start or none),
+    within ``settings.timeout``; a :class:`ClusterError` says what was requested and what the
+    cluster has if it cannot be."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    bundles = [settings.resources for _ in range(ranks)]
+    group = placement_group(bundles, strategy=settings.placement.upper())
+    deadline = time.monotonic() + settings.timeout
+    try:
+        while True:
+            ready, _ = ray.wait([group.ready()], timeout=PLACEMENT_POLL)
+            if ready:
+                ray.get(ready[0])
+                break
+            if time.monotonic() >= deadline:
+                raise ClusterError(_cannot_hold(ray, settings, ranks))
+        table = ray.util.placement_group_table(group)
+        by_bundle = {int(b): node for b, node in table["bundles_to_node_id"].items()}
+    except BaseException:
+        remove_placement_group(group)
+        raise
+    order: list[str] = []  # nodes in order of their first bundle
+    for index in range(ranks):
+        if by_bundle[index] not in order:
+            order.append(by_bundle[index])
+    ranked = sorted(range(ranks), key=lambda b: (order.index(by_bundle[b]), b))
+    node_ids = tuple(by_bundle[b] for b in ranked)
+    local = tuple(node_ids[:rank].count(node) for rank, node in enumerate(node_ids))
+    addresses = {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in ray.nodes()}
+    return Placement(
+        group=group,
+        bundles=tuple(ranked),
+        node_ids=node_ids,
+        node_ranks=tuple(order.index(node) for node in node_ids),
+        local_ranks=local,
+        addresses=addresses,
+    )
+
+
+def _cannot_hold(ray: Any, settings: RayCluster, ranks: int) -> str:
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    total, free = ray.cluster_resources(), ray.available_resources()
+    has = []
+    for name, amount in settings.resources_per_process:
+        if amount <= 0:
+            continue
+        holding = sum(1 for n in nodes if n.get("Resources", {}).get(name, 0) > 0)
+        has.append(
+            f"{_amount(total.get(name, 0))} {name} on {holding} node{'s' if holding != 1 else ''}"
+            f" ({_amount(free.get(name, 0))} free now)"
+        )
+    return (
+        f"{ranks} × {settings.describe()} requested (placement={settings.placement!r}); the "
+        f"cluster has {'; '.join(has)}, and could not hold every rank at once within "
+        f"{settings.timeout:g} s. Ask for fewer processes or smaller resources_per_process, "
+        "add nodes, or free what other jobs hold."
+    )

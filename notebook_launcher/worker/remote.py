@@ -1,0 +1,258 @@
+"""A rank on another machine: what its Ray actor runs.
+
+The actor's process runs the same bootstrap as a local worker (the torchrun environment, the
+stop signal, fd-level output capture, live tracking, the exit barrier, the session loop), with
+one authenticated socket to the kernel (:mod:`notebook_launcher.protocol.remote`) where a local
+worker has pipes:
+
+* events go over it as they would over the event pipe;
+* fds 1 and 2 are pointed at pipes of this process, whose bytes two threads forward over it;
+* a control thread reads what the kernel sends: a signal (delivered to the main thread, which
+  runs the user's function, so stopping, interrupts and stack dumps work as on one machine) or a
+  session command (handed to the session loop through a local pipe).
+
+A return value too large for the socket (over :data:`INLINE_RESULT` bytes pickled) is put into
+Ray's object store, and the socket carries only a reference the kernel fetches.
+
+Ray is imported only inside the actor's methods: the kernel makes :class:`RankActor` remote.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import faulthandler
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from multiprocessing import Pipe
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+from ..backends import shared_memory
+from ..protocol import remote
+from ..protocol.channel import READ_CHUNK, EventChannel
+from ..protocol.context import set_context
+from ..protocol.events import WorkerFinished, WorkerStarted
+from ..protocol.names import STACK_DUMP_SIGNAL, STOP_SIGNAL
+from ..protocol.spec import WorkerSpec
+from ..utils.listening import bind_listener, serve_store
+from . import exit_barrier, session_loop
+from .bootstrap import call_function, redirect_streams, set_up_process, shutdown_process_group
+from .reporting import flush_streams
+
+logger = logging.getLogger(__name__)
+INLINE_RESULT = 1 << 20  # pickled bytes; a larger return value goes through the object store
+DRAIN_WAIT = 2.0  # seconds the forwarders get to send the last output once the run ended
+# The signals the kernel may ask for (stop, stack dump, a session call's interrupt): the rank's
+# process has a handler for each while it runs.
+DELIVERED = frozenset({int(STOP_SIGNAL), int(STACK_DUMP_SIGNAL), int(signal.SIGINT)})
+
+
+def node_address() -> str:
+    """The address Ray knows this node by (where the other ranks reach it)."""
+    import ray
+
+    return ray.util.get_node_ip_address()
+
+
+class RankActor:
+    """One rank's Ray actor: made remote by the kernel's launcher, one per rank, in the launch's
+    placement group. Its methods run in the actor process's main thread, one at a time."""
+
+    def __init__(self) -> None:
+        self._store: Any = None
+
+    def host_store(self) -> tuple[str, int]:
+        """Host the job's rendezvous store (rank 0's actor), listening on this node's address
+        only; every rank connects to it as a client. Its ``(host, port)``."""
+        host = node_address()
+        self._store = serve_store(bind_listener(host, 0), host)
+        return host, self._store.port
+
+    def run(self, *args: Any) -> int:
+        """Join the job and run the function (or, in a session, the command loop) with
+        :func:`run_worker`'s arguments; the exit code a process would have."""
+        return run_worker(*args)
+
+
+class KernelLink:
+    """This rank's end of the socket to the kernel: a thread-safe sender, and a control thread
+    that acts on what the kernel sends."""
+
+    def __init__(self, sock: socket.socket, node: str, session: bool) -> None:
+        self._sock = sock
+        self._conn = remote.framed(sock.dup())
+        self._lock = threading.Lock()
+        self._node = node
+        self._closing = False
+        self._main = threading.main_thread().ident
+        self.commands, self._commands_w = Pipe(duplex=False) if session else (None, None)
+        self._control = threading.Thread(
+            target=self._serve, name="notebook_launcher-control", daemon=True
+        )
+        self._control.start()
+
+    # -- to the kernel ----------------------------------------------------------------------
+
+    def send(self, event: object) -> None:
+        """What ``EventChannel`` calls: one event (the node added to ``WorkerStarted``, a large
+        return value moved to the object store)."""
+        if isinstance(event, WorkerStarted):
+            event = dataclasses.replace(event, node=self._node)
+        elif isinstance(event, WorkerFinished) and len(event.payload) > INLINE_RESULT:
+            event = dataclasses.replace(event, payload=_stored(event.payload))
+        self.send_bytes(remote.EVENT, bytes(ForkingPickler.dumps(event)))
+
+    def send_bytes(self, tag: bytes, body: bytes) -> None:
+        with self._lock:
+            self._conn.send_bytes(tag + body)
+
+    # -- from the kernel --------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        try:
+            while True:
+                message = self._conn.recv_bytes()
+                tag, body = message[:1], message[1:]
+                if tag == remote.SIGNAL and body[0] in DELIVERED:
+                    signal.pthread_kill(self._main, body[0])
+                elif tag == remote.COMMAND and self._commands_w is not None:
+                    self._commands_w.send_bytes(body)
+        except (EOFError, OSError):
+            pass
+        if self._commands_w is not None:
+            self._commands_w.close()  # a session loop waiting for a command ends
+        if not self._closing:  # the kernel is gone: stop the rank, as a local one dies with it
+            try:
+                signal.pthread_kill(self._main, STOP_SIGNAL)
+            except (OSError, ValueError):
+                pass
+
+    def close(self) -> None:
+        self._closing = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the control thread
+        except OSError:
+            pass
+        self._control.join(1.0)
+        for end in (self._conn, self._sock, self.commands):
+            if end is not None:
+                end.close()
+
+
+def _stored(payload: bytes) -> bytes:
+    """A reference to ``payload``, put into Ray's object store, as the kernel receives it."""
+    import ray
+    import ray.cloudpickle
+
+    return remote.STORED + ray.cloudpickle.dumps(ray.put(payload))
+
+
+class _Forwarder(threading.Thread):
+    """Sends what the rank writes to one of its fds to the kernel, as raw bytes."""
+
+    def __init__(self, fd: int, tag: bytes, link: KernelLink) -> None:
+        super().__init__(name=f"notebook_launcher-fd{fd}", daemon=True)
+        self.read_end, write_end = os.pipe()
+        self.write_end = os.fdopen(write_end, "wb")  # redirect_streams moves it onto fd
+        self.tag = tag
+        self.link = link
+
+    def run(self) -> None:
+        try:
+            while chunk := os.read(self.read_end, READ_CHUNK):
+                self.link.send_bytes(self.tag, chunk)
+        except OSError:
+            pass
+        finally:
+            os.close(self.read_end)
+
+    def finish(self) -> None:
+        """Wait (bounded) until everything written before fds 1 and 2 were restored is sent."""
+        if not self.write_end.closed:  # stopped before the fd was redirected
+            self.write_end.close()
+        if self.ident is not None:
+            self.join(DRAIN_WAIT)
+        else:  # never started: nothing to send
+            os.close(self.read_end)
+
+
+class _Captured:
+    """fds 1 and 2, ``sys.stdout``/``sys.stderr``, the signal handlers and the main thread's
+    signal mask of the actor's process as they were before the run, put back after it."""
+
+    def __init__(self) -> None:
+        self.fds = {fd: os.dup(fd) for fd in (1, 2)}
+        self.streams = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__, sys.excepthook)
+        self.handlers = {s: signal.getsignal(s) for s in (STOP_SIGNAL, signal.SIGINT)}
+        self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+    def restore(self) -> None:
+        for sig in self.handlers:  # no stop signal may break what is left to do
+            signal.signal(sig, signal.SIG_IGN)
+        flush_streams()
+        for fd, saved in self.fds.items():
+            os.dup2(saved, fd)  # the pipes' last write ends close: the forwarders see EOF
+            os.close(saved)
+        sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__, sys.excepthook = self.streams
+        faulthandler.unregister(STACK_DUMP_SIGNAL)
+        faulthandler.enable(file=sys.__stderr__, all_threads=True)
+        for sig, handler in self.handlers.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
+
+
+def run_worker(
+    spec: WorkerSpec,
+    payload: Any,
+    kernel: tuple[str, int],
+    secret: bytes,
+    store: tuple[str, int],
+    node: str,
+) -> int:
+    """Entry point of every rank on a cluster (the bottom frame of its stacks, as a local
+    worker's ``run_worker`` is); its exit code."""
+    from . import stopping
+
+    context = dataclasses.replace(spec.context, master_addr=store[0], master_port=store[1])
+    spec = dataclasses.replace(spec, context=context)
+    captured = _Captured()
+    # Every signal the kernel may send has its handler before the kernel can send one: a stack
+    # request that found SIGUSR1's default action would end the actor's process.
+    stopping.stop_on_signal()
+    faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
+    if spec.session:  # Ray blocks SIGINT in an actor's main thread: a session call's interrupt
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    link: KernelLink | None = None
+    forwarders: list[_Forwarder] = []
+    code = 1
+    try:
+        sock = remote.join_kernel(kernel, secret, context.restart_count, context.rank)
+        link = KernelLink(sock, node, spec.session)
+        forwarders = [_Forwarder(1, remote.STDOUT, link), _Forwarder(2, remote.STDERR, link)]
+        for forwarder in forwarders:
+            forwarder.start()
+        redirect_streams(*(f.write_end for f in forwarders))
+        set_up_process(spec)
+        channel = EventChannel(link)
+        set_context(dataclasses.replace(spec.context, channel=channel))
+        if link.commands is not None:
+            session_loop.attach(link.commands)
+        code = call_function(spec, payload, channel)
+        shared_memory.depart()
+        if code == 0:
+            exit_barrier.wait_for_all_ranks(context.restart_count)
+        shutdown_process_group()
+    except KeyboardInterrupt:  # stopped before the function ran, or after it reported
+        pass
+    finally:
+        captured.restore()
+        set_context(None)
+        for forwarder in forwarders:
+            forwarder.finish()
+        if link is not None:
+            link.close()
+    return code

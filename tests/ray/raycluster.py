@@ -1,0 +1,64 @@
+"""What the Ray lane's tests share: the cluster's settings and what to read from it."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+
+# In every process that calls ray.init (this one, and the nodes it starts): without it Ray takes
+# "this node" to be the machine's external address even when told 127.0.0.1.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+
+try:
+    import ray
+except ImportError:  # the lane's tests skip, saying why (see the cluster fixture)
+    ray = None
+NO_RAY = 'Ray is not installed (pip install "notebook_launcher[ray]"; CI installs it)'
+
+LOOPBACK = "127.0.0.1"
+SLOTS = {"CPU": 1, "slot": 1}  # what each rank reserves: 2 ranks per node
+NODE_ARGS = {"num_cpus": 2, "node_ip_address": LOOPBACK}
+
+
+def listening(proc: psutil.Process | None = None) -> set[tuple[str, int]]:
+    """The ``(address, port)`` pairs ``proc`` (default: this process) listens on."""
+    proc = proc or psutil.Process()
+    return {
+        (c.laddr.ip, c.laddr.port)
+        for c in proc.net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN
+    }
+
+
+def live_actors() -> list[dict]:
+    return [a for a in ray._private.state.actors().values() if a["State"] != "DEAD"]
+
+
+def held_groups() -> list[dict]:
+    return [g for g in ray.util.placement_group_table().values() if g["state"] != "REMOVED"]
+
+
+def rank_processes() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if "RankActor" in " ".join(proc.cmdline()):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def listening_addresses() -> set[str]:
+    """The addresses anything of the cluster (this process and every process it started: the
+    nodes, the ranks' actors) listens on."""
+    found = set()
+    for proc in [psutil.Process(), *psutil.Process().children(recursive=True)]:
+        try:
+            # A dual-stack socket bound to 127.0.0.1 shows it as ::ffff:127.0.0.1.
+            found |= {ip.removeprefix("::ffff:") for ip, _ in listening(proc)}
+        except psutil.Error:
+            continue
+    return found

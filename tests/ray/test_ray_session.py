@@ -1,0 +1,116 @@
+"""A session on the cluster: the ranks' actors stay alive across calls with their namespaces and
+process group; a failing or interrupted call keeps the session, a dead rank breaks it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import cloudpickle
+import pytest
+from raycluster import SLOTS, held_groups, live_actors
+
+from notebook_launcher import RayCluster, Session, SessionBrokenError
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def where() -> tuple[str, int]:
+    import ray
+
+    return ray.get_runtime_context().get_node_id(), os.getpid()
+
+
+def test_a_session_across_nodes_keeps_its_state_until_a_rank_dies():  # noqa: PLR0915
+    session = Session(num_processes=4, cluster=RayCluster(resources_per_process=SLOTS), ui="none")
+    try:
+        places = session.run(where).values
+        assert len({node for node, _ in places}) == 2
+        session.exec(
+            "import torch, torch.distributed as dist\n"
+            "x = torch.ones(1) * (dist.get_rank() + 1)\n"
+            "dist.all_reduce(x)"
+        )
+        assert [float(v) for v in session.pull("x")] == [10.0] * 4
+        session.push(y=5)
+        assert session.exec("y * 2").values == [10] * 4
+
+        with pytest.raises(ZeroDivisionError) as caught:
+            session.exec("1 / (dist.get_rank() - 2)")
+        notes = "\n".join(getattr(caught.value, "__notes__", []))
+        assert "rank 2" in notes and "127.0.0.1" in notes
+        assert session.state == "alive"
+        assert session.exec("float(x)").values == [10.0] * 4  # the namespaces were kept
+        session.exec("dist.all_reduce(x)")  # and the process group
+        assert session.exec("float(x)").values == [40.0] * 4
+
+        timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))  # the stop button
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                session.exec("import time\ntime.sleep(60)")
+        finally:
+            timer.join()
+        assert session.state == "alive"
+        assert session.exec("y").values == [5] * 4
+
+        large = session.exec("torch.full((1 << 20,), float(dist.get_rank()))").values
+        assert [float(t[0]) for t in large] == [0.0, 1.0, 2.0, 3.0]
+        assert all(t.numel() == 1 << 20 for t in large)
+
+        warm = []
+        for _ in range(20):
+            started = time.perf_counter()
+            session.exec("y")
+            warm.append(time.perf_counter() - started)
+        print(f"warm session call, 4 ranks on 2 nodes: median {sorted(warm)[10] * 1000:.1f} ms")
+
+        os.kill(places[3][1], signal.SIGKILL)  # a rank's process dies between calls
+        deadline = time.monotonic() + 30
+        while session.state == "alive" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert session.state == "broken"
+        with pytest.raises(SessionBrokenError):
+            session.exec("y")
+    finally:
+        session.close()
+    assert session.state == "closed"
+
+
+KERNEL = """
+import sys, time
+from notebook_launcher import RayCluster, Session
+
+cluster = RayCluster(address=sys.argv[1], resources_per_process={"CPU": 1, "slot": 1})
+session = Session(num_processes=2, cluster=cluster, ui="none")
+print("ready", session.exec("1 + 1").values, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_kernel_takes_its_session_with_it(cluster):
+    """Another driver (a kernel, as a notebook's) joins by address, opens a session and is
+    SIGKILLed: its actors are owned by it, so the cluster ends them and frees their group."""
+    kernel = subprocess.Popen(
+        [sys.executable, "-c", KERNEL, cluster.address],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = kernel.stdout.readline()
+        assert line.startswith("ready [2, 2]"), line + kernel.stderr.read()
+        assert len(live_actors()) == 2 and len(held_groups()) == 1
+    finally:
+        kernel.kill()
+        kernel.wait(30)
+    said = kernel.stderr.read()
+    assert f"joined the Ray cluster at {cluster.address}" in said, said
+    deadline = time.monotonic() + 30
+    while (live_actors() or held_groups()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not live_actors() and not held_groups()
