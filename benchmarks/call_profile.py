@@ -13,7 +13,8 @@ functions each step calls (installed before the workers fork, so they inherit th
 * ``notice``   from the last rank's last event to the kernel's supervisor returning the results
 * ``finish``   the kernel loads the values and returns
 
-"other" is the rest of the wall time of the call. The work is ``PartialState()`` plus one
+"other" is the rest of the wall time of the call; ``cpu: kernel`` and ``cpu: workers`` the CPU
+milliseconds per call of the kernel's process (every thread) and of all the workers. The work is ``PartialState()`` plus one
 ``all_reduce`` of one element (as in ``session_bench.py``), and ``nothing`` (returns 1) to show
 the fixed cost.
 
@@ -123,9 +124,20 @@ def nothing():
     return 1
 
 
+def workers_cpu(pids: list[int]) -> float:
+    """CPU seconds the processes ``pids`` used so far (from /proc/<pid>/stat)."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def measure(n: int, calls: int, ui: str) -> dict[str, dict[str, float]]:
-    kernels = {}
+    kernels, cpu = {}, {}
     session = Session(num_processes=n, ui=ui)
+    pids = [handle.pid for handle in session._group.handles]
     try:
         for work in (nothing, all_reduced):
             fn = traced_work(work)
@@ -133,17 +145,22 @@ def measure(n: int, calls: int, ui: str) -> dict[str, dict[str, float]]:
                 session.run(fn)
             MARKS.clear()
             kernel = []
+            before = time.process_time(), workers_cpu(pids)
             for _ in range(calls):
                 start = now()
                 session.run(fn)
                 end = now()
                 kernel.append(dict(MARKS, k_start=start, k_end=end, call=session.calls))
                 MARKS.clear()
+            cpu[work.__name__] = {
+                "cpu: kernel": (time.process_time() - before[0]) / calls * 1e3,
+                "cpu: workers": (workers_cpu(pids) - before[1]) / calls * 1e3,
+            }
             kernels[work.__name__] = kernel
     finally:
         session.close()
     # The workers write their marks as they leave.
-    return {name: phases(kernel, n) for name, kernel in kernels.items()}
+    return {name: phases(kernel, n) | cpu[name] for name, kernel in kernels.items()}
 
 
 def phases(kernel: list[dict[str, float]], n: int) -> dict[str, float]:

@@ -371,7 +371,8 @@ class Session:
             self._usable()
             try:
                 with shown_as_argument_errors():
-                    body = _pickled(value, parts)
+                    # Ranks on other machines (a cluster) cannot map this one's shared memory.
+                    body = _pickled(value, parts, shared=self._plan.cluster is None)
             except KeyboardInterrupt:  # while a large value was being written: nothing sent
                 raise KeyboardInterrupt(_not_sent(kind)) from None
             try:
@@ -533,13 +534,13 @@ PICKLE_ADVICE = (
 
 
 class Body:
-    """What a call sends every rank: ``value`` pickled by value once for all of them, its large
-    pieces (tensors, arrays of 1 MB and more) in shared-memory files that every rank maps, which
-    :meth:`release` removes once the call has ended. The files are named after the kernel, so
-    those of a kernel killed meanwhile are removed by the next launch or session."""
+    """What a call sends every rank: ``value`` pickled by value once for all of them; with
+    ``shared``, its large pieces (tensors, arrays of 1 MB and more) in shared-memory files that
+    every rank maps, which :meth:`release` removes once the call has ended. The files are named
+    after the kernel, so those of a kernel killed meanwhile are removed by its janitor."""
 
-    def __init__(self, value: Any) -> None:
-        self.data, self.paths = results.share(value, os.getpid())
+    def __init__(self, value: Any, shared: bool = True) -> None:
+        self.data, self.paths = results.share(value, os.getpid() if shared else None)
 
     def release(self) -> None:
         for path in self.paths:
@@ -547,11 +548,11 @@ class Body:
         self.paths = ()
 
 
-def _pickled(value: Any, parts: dict[str, Any]) -> Body:
-    """``value`` pickled for every rank; else a TypeError naming the part of it (of
-    ``parts``) that cannot be."""
+def _pickled(value: Any, parts: dict[str, Any], shared: bool = True) -> Body:
+    """``value`` pickled for every rank (``shared``: large pieces through shared memory); else a
+    TypeError naming the part of it (of ``parts``) that cannot be."""
     try:
-        return Body(value)
+        return Body(value, shared)
     except Exception as error:
         for name, part in parts.items():
             problem = find_unpicklable(part, name)

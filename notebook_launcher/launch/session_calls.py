@@ -167,6 +167,8 @@ class CallSupervisor(Supervisor):
         whether every rank has ended the call."""
         for handle in self.handles:
             rank = handle.rank
+            if handle.taken is not None and handle.taken.value == self.call:
+                self.busy.add(rank)
             if rank in self.busy and rank not in self.ended and rank not in self._signalled:
                 self._signalled.add(rank)
                 handle.send_signal(signal.SIGINT)  # the call raises KeyboardInterrupt there

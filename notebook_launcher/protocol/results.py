@@ -142,11 +142,11 @@ def dumps(value: Any, owner_pid: int | None = None) -> bytes:
     return pickle.dumps(_envelope(value, owner_pid, _PICKLERS), protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def share(value: Any, owner_pid: int) -> tuple[bytes, tuple[str, ...]]:
+def share(value: Any, owner_pid: int | None) -> tuple[bytes, tuple[str, ...]]:
     """``value`` pickled by value (cloudpickle) for any number of readers, its large pieces in
-    shared memory of the kernel ``owner_pid``, written once; with the paths of those files,
-    which the caller removes once every reader has received the value (``receive(...,
-    unlink=False)``)."""
+    shared memory of the kernel ``owner_pid`` (None: all in the pickle), written once; with the
+    paths of those files, which the caller removes once every reader has received the value
+    (``receive(..., unlink=False)``)."""
     with faster_function_pickling():
         envelope = _envelope(value, owner_pid, _PICKLERS[-1:])
     paths = tuple(path for path, _ in envelope.files)

@@ -161,6 +161,7 @@ def run_worker(
     stdout_conn: Any,
     stderr_conn: Any,
     commands_conn: Any = None,
+    taken: Any = None,
 ) -> None:
     """Entry point of every worker process (the target of ``Process``); a session's worker also
     gets the read end of its command pipe."""
@@ -179,7 +180,7 @@ def run_worker(
     channel = EventChannel(event_conn)
     set_context(dataclasses.replace(spec.context, channel=channel))
     if commands_conn is not None:
-        session_loop.attach(commands_conn)
+        session_loop.attach(commands_conn, taken)
     try:
         code = call_function(spec, payload, channel)
     except stopping.RankStopped:  # the one stop, in the instants before leaving() took effect

@@ -34,15 +34,18 @@ from .reporting import failure_event, flush_streams, result_event, send_live
 REFORM_TIMEOUT = 120.0  # seconds a rank waits for the others to form the group again
 
 _commands: Any = None  # the read end of this worker's command pipe
+_taken: Any = None  # shared with the kernel: the number of the call this rank has taken
 IDLE, TAKING, RUNNING = range(3)
 _phase = IDLE  # SIGINT: ignored while idle, kept while taking a call, raised while it runs
 _pending = False  # an interrupt arrived while the call was being taken
 
 
-def attach(conn: Any) -> None:
-    """Remember the command pipe (set up by the bootstrap before :func:`serve` runs)."""
-    global _commands
-    _commands = conn
+def attach(conn: Any, taken: Any = None) -> None:
+    """Remember the command pipe and the shared value that says which call this rank has taken
+    (set up by the bootstrap before :func:`serve` runs; without it the rank says so in a
+    :class:`RankBusy` event)."""
+    global _commands, _taken
+    _commands, _taken = conn, taken
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -87,7 +90,12 @@ def serve() -> None:
             channel.send(_reform(state, sockets, rank, command.call, generation))
             continue
         _phase, _pending = TAKING, False
-        channel.send(RankBusy(rank, command.call))  # the kernel may interrupt from now on
+        # The kernel may interrupt from now on: it reads this when it has to (no message, so
+        # it is not woken up for it).
+        if _taken is not None:
+            _taken.value = command.call
+        else:
+            channel.send(RankBusy(rank, command.call))
         try:
             _phase = RUNNING
             if _pending:

@@ -41,6 +41,8 @@ class WorkerHandle:
     capture: list[str] | None = field(default=None, repr=False)
     node_rank: int | None = None  # set in multi-node launches, for failure reports
     commands: Any = None  # a session's worker: the write end of its command pipe
+    # ... and the call it has taken (shared memory it writes and the kernel reads: no message)
+    taken: Any = None
     node: str | None = None  # a rank on another machine: its node, as errors name it
 
     @property
@@ -172,9 +174,10 @@ class Launcher(ABC):
         err_r, err_w = ctx.Pipe(duplex=False)
         rank = spec.context.rank
         commands_r, commands_w = ctx.Pipe(duplex=False) if spec.session else (None, None)
+        taken = ctx.RawValue("q", 0) if spec.session else None
         process = ctx.Process(
             target=entry_point(WORKER_ENTRY),
-            args=(spec, payload, events_w, out_w, err_w, commands_r),
+            args=(spec, payload, events_w, out_w, err_w, commands_r, taken),
             name=f"notebook_launcher-rank{rank}",
             daemon=False,  # daemonic processes may not start DataLoader workers
         )
@@ -203,4 +206,5 @@ class Launcher(ABC):
             last_alive=now,
             node_rank=spec.context.node_rank if spec.context.num_nodes > 1 else None,
             commands=commands_w,
+            taken=taken,
         )
