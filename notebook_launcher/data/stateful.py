@@ -18,6 +18,7 @@ numbers, strings, lists, tuples and dicts of them), as Accelerate loads checkpoi
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -48,6 +49,14 @@ def stateful_loader_class(base: type = DataLoaderShard) -> type:
                 "use_stateful_dataloader=True needs torchdata's StatefulDataLoader: "
                 "pip install torchdata"
             ) from error
+        # torchdata's constructor calls torch.set_vital, which newer torch deprecates; the
+        # warning names a line the user cannot change, so it is kept out of their output.
+        warnings.filterwarnings(
+            "ignore",
+            message="'set_vital' is deprecated",
+            category=UserWarning,
+            module=r"torchdata\.stateful_dataloader",
+        )
         mixin = _FLAVOURS[base]
         _classes[base] = type(
             f"Stateful{base.__name__}",

@@ -5,6 +5,8 @@ launched ranks and from Accelerate; Accelerate's own checks of its stateful load
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import accelerate
 import pytest
@@ -400,3 +402,22 @@ def test_a_dispatchers_state_reads_back_with_weights_only(tmp_path):
         pad = read["pad"]
         assert pad is None if with_note else torch.equal(pad, torch.tensor([0]))
         assert read["in_epoch"] and read["loader"]["_num_yielded"] == 2
+
+
+def test_a_stateful_loader_adds_no_warning_of_torchdatas_to_the_users_output():
+    # torch warns once per process, so a fresh one shows whether the warning gets out.
+    code = (
+        "from torch.utils.data import DataLoader\n"
+        "from notebook_launcher.data import prepare_data_loader\n"
+        "loader = DataLoader(list(range(9)), batch_size=3)\n"
+        "list(prepare_data_loader(loader, None, 1, 0, use_stateful_dataloader=True))\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "default", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "ok\n", "")
