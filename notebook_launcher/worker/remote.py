@@ -35,6 +35,7 @@ from ..backends import shared_memory
 from ..protocol import remote
 from ..protocol.channel import READ_CHUNK, EventChannel
 from ..protocol.context import set_context
+from ..protocol.environment import describe_node
 from ..protocol.events import WorkerFinished, WorkerStarted
 from ..protocol.names import STACK_DUMP_SIGNAL, STOP_SIGNAL
 from ..protocol.spec import WorkerSpec
@@ -71,6 +72,11 @@ class RankActor:
         host = node_address()
         self._store = serve_store(bind_listener(host, 0), host)
         return host, self._store.port
+
+    def check(self, modules: tuple[str, ...]) -> Any:
+        """What this node lacks of ``modules`` (those loading the function imports), its Python
+        and the versions the kernel compares with its own (asked before :meth:`run`)."""
+        return describe_node(modules)
 
     def run(self, *args: Any) -> int:
         """Join the job and run the function (or, in a session, the command loop) with

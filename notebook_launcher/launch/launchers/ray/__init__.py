@@ -22,14 +22,17 @@ import time
 from typing import Any
 
 from ....protocol import remote
+from ....protocol.environment import describe_node, modules_imported
 from ....protocol.names import RAY_RANK_ACTOR, entry_point
 from ....protocol.spec import WorkerSpec
 from ..base import Launcher, WorkerHandle
-from .cluster import ClusterError, Placement, join, reserve
+from .cluster import PLACEMENT_POLL, ClusterError, Placement, join, reserve, uploaded
+from .environment import problems_by_node, report
 from .links import Commands, Relay, RemoteHandle, close_writers, new_handle
 
 logger = logging.getLogger(__name__)
 WATCH_EVERY = 0.1  # seconds between the watcher's looks at the ranks' runs
+CHECK_WAIT = 5.0  # seconds the last answers get once every rank connected
 NODE_LOST = "its node has died"  # in Ray's message when an actor's node left the cluster
 
 __all__ = ["ClusterError", "RayLauncher"]
@@ -86,12 +89,17 @@ class ClusterAttempt:
         self._released = False
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
+        self._checks: dict[Any, int] = {}  # each actor's environment check -> its rank
+        self._answers: dict[int, Any] = {}
+        self._modules: tuple[str, ...] = ()
+        self._runtime_env: dict | None = None
 
     # -- starting ---------------------------------------------------------------------------
 
     def start(self, specs: list[WorkerSpec], payload: Any) -> list[WorkerHandle]:
         ray = self.ray
         try:
+            self._runtime_env = uploaded(ray, self.settings.runtime_env)
             placement = self.placement = reserve(ray, self.settings, len(specs))
             self.handles = [
                 new_handle(
@@ -107,8 +115,10 @@ class ClusterAttempt:
             restart = specs[0].context.restart_count
             self.relay = Relay(ray.util.get_node_ip_address(), secret, restart, self.handles)
             shipped = ray.put(payload)
+            self._modules = modules_imported(payload) if isinstance(payload, bytes) else ()
             for handle in self.handles:
                 handle.actor = self.actor_class.options(**self._options(handle.rank)).remote()
+                self._checks[handle.actor.check.remote(self._modules)] = handle.rank
                 if specs[0].session:  # commands travel over the rank's socket
                     handle.commands = Commands(handle)
             store = self.handles[0].actor.host_store.remote()
@@ -152,8 +162,8 @@ class ClusterAttempt:
             options["memory"] = resources.pop("memory")
         if resources:
             options["resources"] = resources
-        if self.settings.runtime_env is not None:
-            options["runtime_env"] = dict(self.settings.runtime_env)
+        if self._runtime_env is not None:
+            options["runtime_env"] = dict(self._runtime_env)
         return options
 
     def _spec(self, spec: WorkerSpec, rank: int) -> WorkerSpec:
@@ -175,8 +185,10 @@ class ClusterAttempt:
         could not start: raised as a :class:`ClusterError`), within the settings' timeout."""
         deadline = time.monotonic() + self.settings.timeout
         while not self.relay.wait_joined(0.05):
+            self._check_nodes(deadline)
             ended = [h for h in self.handles if h.process.known and h.link is None]
             if ended:
+                self._check_nodes(deadline)  # an actor that could not start: say what it lacks
                 handle = ended[0]
                 raise ClusterError(
                     f"rank {handle.rank}'s actor could not start on {handle.node}: "
@@ -192,6 +204,35 @@ class ClusterAttempt:
                     f"{self.relay.address[0]}:{self.relay.address[1]}): can the nodes reach "
                     "this kernel at that address? (RayCluster(timeout=...) waits longer)"
                 )
+        # Each actor answered before its rank connected: the answers are in, or about to be.
+        self._check_nodes(max(deadline, time.monotonic() + CHECK_WAIT), every=True)
+
+    def _check_nodes(self, deadline: float, every: bool = False) -> None:
+        """Read the actors' environment checks that came in; a :class:`ClusterError` names each
+        node that lacks something, and what. With ``every``, or once some node lacks
+        something (so that every such node is named), waits for the checks still out until
+        ``deadline`` (``time.monotonic()``)."""
+        ray = self.ray
+        here = _here()
+        while self._checks:
+            ready, _ = ray.wait(list(self._checks), num_returns=len(self._checks), timeout=0)
+            for ref in ready:
+                rank = self._checks.pop(ref)
+                try:
+                    self._answers[rank] = ray.get(ref)
+                except Exception as error:  # the actor could not start, or not answer
+                    self._answers[rank] = error
+            left = deadline - time.monotonic()
+            if not self._checks or left <= 0 or not (every or self._lacking(here)):
+                break
+            ray.wait(list(self._checks), num_returns=1, timeout=min(left, PLACEMENT_POLL))
+        if self._lacking(here):
+            problems, torch_note = problems_by_node(self._answers, self.placement, here)
+            raise ClusterError(report(problems, self._modules, torch_note))
+
+    def _lacking(self, here: Any) -> bool:
+        problems, torch_note = problems_by_node(self._answers, self.placement, here)
+        return bool(problems) or (torch_note is not None and not self._checks)
 
     # -- watching ---------------------------------------------------------------------------
 
@@ -309,6 +350,16 @@ class ClusterAttempt:
         for handle in self.handles:
             handle.process.release()
             handle.run = handle.actor = None
+
+
+_here_described: list = []
+
+
+def _here() -> Any:
+    """This kernel's own environment (versions), described once."""
+    if not _here_described:
+        _here_described.append(describe_node())
+    return _here_described[0]
 
 
 def _first_lines(error: BaseException, count: int = 3) -> str:

@@ -52,6 +52,26 @@ def join(settings: RayCluster) -> Any:
     return ray
 
 
+def uploaded(ray: Any, runtime_env: Any) -> dict | None:
+    """``runtime_env`` with its local code (``py_modules`` given as folders, files or imported
+    modules, a local ``working_dir``) uploaded to the cluster and named by URI, as ``ray.init``
+    does for a whole job, so that the ranks' actors can take it too."""
+    if runtime_env is None:
+        return None
+    env = dict(runtime_env)
+    if "py_modules" not in env and "working_dir" not in env:
+        return env
+    from ray._private.runtime_env.py_modules import upload_py_modules_if_needed
+    from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
+
+    node = getattr(ray._private.worker.global_worker, "node", None)
+    scratch = node.get_runtime_env_dir_path() if node is not None else None
+    for upload in (upload_py_modules_if_needed, upload_working_dir_if_needed):
+        env = upload(env, include_gitignore=True, scratch_dir=scratch, logger=logger)
+    env.pop("excludes", None)  # what was left out of the upload: nothing for Ray to check
+    return env
+
+
 def _say(ray: Any, what: str) -> None:
     context = ray.get_runtime_context()
     address = getattr(context, "gcs_address", "") or ""
