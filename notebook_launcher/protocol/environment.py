@@ -9,6 +9,7 @@ the check runs no code of the user's.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import pickletools
 import platform
@@ -69,15 +70,15 @@ class NodeEnvironment:
 
 
 def version_of(module: str) -> str | None:
-    """``module.__version__`` if it is loaded here (or can be), else None."""
-    loaded = sys.modules.get(module)
-    if loaded is None:
+    """``module.__version__`` if it is loaded here, else its installed distribution's version
+    (None if neither)."""
+    version = getattr(sys.modules.get(module), "__version__", None)
+    if version is None:
         try:
-            loaded = importlib.import_module(module)
-        except Exception:
+            version = importlib.metadata.version(module)
+        except (importlib.metadata.PackageNotFoundError, ValueError):
             return None
-    version = getattr(loaded, "__version__", None)
-    return str(version) if version is not None else None
+    return str(version)
 
 
 def describe_node(modules: tuple[str, ...] = ()) -> NodeEnvironment:
