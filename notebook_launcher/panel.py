@@ -5,18 +5,22 @@ imports it. The form, the plan's table, the buttons and the run's panels are the
 (:class:`notebook_launcher.ui.config_panel.ConfigPanel`, which never imports the launcher): it
 hands the form's values to this panel, which keeps a :class:`LaunchSettings` record (those
 values over the options it was given), plans it with :func:`notebook_launcher.plan_launch` and
-runs it in the background as :func:`notebook_launcher.launch_in_background` does. The Launch
+runs it in the background as :func:`notebook_launcher.launch_in_background` does, on this machine
+or, where the form says so, on a Ray cluster (a :class:`RayCluster` made of its fields, the
+settings that mean nothing there left at their "not used" values). The Launch
 button returns at once (the run is supervised from a background thread, as button clicks are not
 handled while a cell runs), so Stop works during a run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 from .backends import backend_for, launch_backend
 from .launch.background import LaunchHandle, start_in_background
+from .launch.cluster import NOT_ON_A_CLUSTER, PLACEMENTS, RayCluster
 from .launch.launchers import START_METHODS
 from .launch.planner import plan_launch
 from .launch.preflight import check_args, check_function
@@ -28,7 +32,12 @@ CHOICES = {
     "mixed_precision": MIXED_PRECISION_CHOICES,
     "start_method": START_METHODS,
     "output": OUTPUT_CHOICES,
+    "placement": PLACEMENTS,
 }
+# On a cluster: the settings left at the value that says "not used", and the form's ones disabled.
+UNUSED_ON_A_CLUSTER = {name: unused for name, unused, _ in NOT_ON_A_CLUSTER}
+LOCAL_ONLY = tuple(name for name in UNUSED_ON_A_CLUSTER if name in SETTINGS)
+MOST_CLUSTER_RANKS = 4096  # the ranks the form offers on a Ray cluster
 
 
 def machine_processes() -> int:
@@ -39,6 +48,18 @@ def machine_processes() -> int:
 def process_group_backend(device: str) -> str:
     """The process-group backend a device's workers form their group with ("gloo", "nccl" ...)."""
     return backend_for(device).process_group_backend
+
+
+def cluster_fields(cluster: RayCluster | None) -> dict[str, Any] | None:
+    """What the form shows of a cluster: None (this machine), or its address, resources and
+    placement (its runtime_env and timeout stay as the panel was given them)."""
+    if cluster is None:
+        return None
+    return {
+        "address": cluster.address,
+        "resources_per_process": cluster.resources,
+        "placement": cluster.placement,
+    }
 
 
 def _of_view(name: str, doc: str) -> property:
@@ -54,8 +75,16 @@ class LaunchPanel:
         num_processes: initial number of processes (default: what the machine has).
         mixed_precision, start_method, timeout, stall_timeout, output: initial settings, as
             for :func:`notebook_launcher` (a timeout of None shows as 0).
-        max_processes: the most processes offered; default one per GPU, else per usable core.
-        **options: any other :func:`notebook_launcher` keyword, passed to every launch.
+        max_processes: the most processes offered on this machine; default one per GPU, else
+            per usable core (on a Ray cluster the form offers up to 4096 ranks).
+        **options: any other :func:`notebook_launcher` keyword, passed to every launch;
+            ``cluster="ray"`` or ``cluster=RayCluster(...)`` starts the form on a Ray cluster
+            (its ``runtime_env`` and ``timeout`` kept for every cluster launch).
+
+    The form's "where" chooses this machine or a Ray cluster: its address (empty: as
+    ``ray.init()`` chooses), CPUs and GPUs per rank, custom resources (``slot=1, pair=0.5``) and
+    placement. While a cluster is chosen, the settings that mean nothing there (the start method)
+    are disabled.
 
     Once a run ends its live panels leave the widget, and a static copy of its final table and
     charts is shown under it (kept in the saved notebook).
@@ -110,19 +139,22 @@ class LaunchPanel:
             **options,
         )
         plan_launch(self.base)  # what this machine cannot do is refused here too
-        if num_processes > max_processes:
+        if num_processes > max_processes and self.base.cluster is None:
             raise ValueError(
                 f"num_processes={num_processes!r} is not valid: this panel offers at most "
                 f"max_processes={max_processes}"
             )
         self.view = ConfigPanel(
             getattr(function, "__qualname__", repr(function)),
-            {name: getattr(self.base, name) for name in SETTINGS},
+            {name: getattr(self.base, name) for name in SETTINGS}
+            | {"cluster": cluster_fields(self.base.cluster)},
             CHOICES,
             max_processes,
             plan=lambda values: plan_launch(self._settings(values)),
             backend=process_group_backend,
             start=lambda values: self._start(self._settings(values)),
+            cluster_max_processes=max(MOST_CLUSTER_RANKS, num_processes),
+            local_only=LOCAL_ONLY,
         )
 
     # The view's widgets and run, read through the panel.
@@ -134,6 +166,12 @@ class LaunchPanel:
     timeout = _of_view("timeout", "The timeout widget (0: none).")
     stall_timeout = _of_view("stall_timeout", "The stall timeout widget (0: none).")
     output = _of_view("output", "The output widget.")
+    where = _of_view("where", 'Where the run goes: "this machine" or "Ray cluster".')
+    address = _of_view("address", "The Ray cluster's address (empty: as ray.init() chooses).")
+    cpus = _of_view("cpus", "The CPUs each rank reserves on the Ray cluster.")
+    gpus = _of_view("gpus", "The GPUs each rank reserves on the Ray cluster (0, 1 or a fraction).")
+    custom_resources = _of_view("custom_resources", "Other resources per rank: 'slot=1, pair=0.5'.")
+    placement = _of_view("placement", 'How the ranks are placed: "pack" or "spread".')
     plan = _of_view("plan", "The resolved plan (HTML), or why the settings are refused.")
     launch_button = _of_view("launch_button", "The Launch button.")
     stop_button = _of_view("stop_button", "The Stop button.")
@@ -144,7 +182,12 @@ class LaunchPanel:
     running = _of_view("running", "True while a run goes on.")
 
     def _settings(self, values: dict[str, Any]) -> LaunchSettings:
-        return self.base.replace(**values)
+        fields = values["cluster"]
+        if fields is None:
+            return self.base.replace(**values)
+        # The form's fields over the cluster the panel was given (its runtime_env and timeout).
+        cluster = dataclasses.replace(self.base.cluster or RayCluster(), **fields)
+        return self.base.replace(**values | UNUSED_ON_A_CLUSTER | {"cluster": cluster})
 
     def settings(self) -> LaunchSettings:
         """The current settings: the widgets' values over the options the panel was given."""

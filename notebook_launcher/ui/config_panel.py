@@ -3,7 +3,8 @@ live panels of the run under them.
 
 It knows nothing of the launcher. The choices, the initial values and the most processes come in
 as plain data; planning the settings and starting a run come in as callables, each taking the
-form's values as a plain dict (:data:`SETTINGS`, a timeout of 0 read as None). The
+form's values as a plain dict (:data:`SETTINGS`, a timeout of 0 read as None, ``cluster`` None for
+this machine or the Ray cluster's fields, :mod:`.cluster_form`). The
 :class:`~notebook_launcher.LaunchPanel` passes them: the launcher's records and checks stay on its
 side, and ``ui`` never imports ``launch``. Nothing here imports ipywidgets until the form is built.
 """
@@ -17,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ..utils.environment import in_kernel
+from .cluster_form import ClusterForm, where_text
 from .widgets import widget_bundle
 
 # The settings the form edits, in its order: the keys of ``values()``, of the initial values, and
@@ -28,8 +30,9 @@ SETTINGS = (
     "timeout",
     "stall_timeout",
     "output",
+    "cluster",
 )
-CHOSEN = ("mixed_precision", "start_method", "output")  # the settings picked from a list
+CHOSEN = ("mixed_precision", "start_method", "output", "placement")  # picked from a list
 LABEL_STYLE = {"description_width": "130px"}
 
 
@@ -84,11 +87,19 @@ def plan_html(plan: Any, backend: str) -> str:
     Args:
         plan: any object with a plan's fields (``world_size``, ``start_method``, ``device``,
             ``num_processes``, ``master_addr``, ``requested_port``, ``threads_per_process``,
-            ``mixed_precision``, ``timeout``, ``stall_timeout``, ``output``).
+            ``mixed_precision``, ``timeout``, ``stall_timeout``, ``output``, and ``cluster``:
+            None, or a cluster record as :func:`~.cluster_form.where_text` reads it, with its
+            ``placement``).
         backend: the process-group backend its device uses (``"gloo"``, ``"nccl"`` ...).
     """
-    port = f"{plan.requested_port} ({port_state(plan.master_addr, plan.requested_port)})"
-    rows = [
+    cluster = getattr(plan, "cluster", None)
+    rows = [("where", where_text(cluster, plan.world_size))]
+    if cluster is None:
+        port = f"{plan.requested_port} ({port_state(plan.master_addr, plan.requested_port)})"
+    else:  # rank 0's actor hosts the rendezvous, on its node
+        port = "a free port on rank 0's node"
+        rows.append(("placement", cluster.placement))
+    rows += [
         ("processes", f"{plan.world_size} ({plan.start_method})"),
         ("devices", f"{plan.device} × {plan.num_processes}"),
         ("backend", backend),
@@ -114,9 +125,13 @@ class ConfigPanel:
 
     Args:
         name: the function's name, shown in the title.
-        values: the initial value of each of :data:`SETTINGS` (a timeout of None shows as 0).
+        values: the initial value of each of :data:`SETTINGS` (a timeout of None shows as 0;
+            ``cluster``: None for this machine, or the Ray cluster's ``address``,
+            ``resources_per_process`` and ``placement``).
         choices: the options of each setting picked from a list (:data:`CHOSEN`).
-        max_processes: the most processes the form offers.
+        max_processes: the most processes the form offers on this machine.
+        cluster_max_processes: the most it offers on a Ray cluster (default: ``max_processes``).
+        local_only: the settings that mean nothing on a cluster: disabled while it is chosen.
         plan: the form's values -> the resolved plan (for :func:`plan_html`); raises TypeError or
             ValueError, shown in place of the plan, for values it refuses.
         backend: a plan's device -> its process-group backend's name.
@@ -127,7 +142,9 @@ class ConfigPanel:
     charts is shown in the output under the panel (``show()`` made it), kept in a saved notebook.
 
     Attributes:
-        widget: the panel (a ``VBox``): the title, the settings' widgets beside ``plan``, then
+        widget: the panel (a ``VBox``): the title, the settings' widgets (``where`` and, on a Ray
+            cluster, its fields: ``address``, ``cpus``, ``gpus``, ``custom_resources``,
+            ``placement``) beside ``plan``, then
             ``launch_button``, ``stop_button`` and ``message``, then ``runs``.
         handle: the latest run's handle, or None.
         display_id: of the output under the panel that keeps a run (None until shown).
@@ -143,6 +160,8 @@ class ConfigPanel:
         plan: Callable[[dict[str, Any]], Any],
         backend: Callable[[str], str],
         start: Callable[[dict[str, Any]], RunHandle],
+        cluster_max_processes: int | None = None,
+        local_only: Sequence[str] = (),
     ) -> None:
         import ipywidgets as widgets  # only once a panel is built: optional outside Jupyter
 
@@ -150,13 +169,15 @@ class ConfigPanel:
         self._plan = plan
         self._backend = backend
         self._start = start
+        self._most = (max_processes, cluster_max_processes or max_processes)
+        self._local_only = tuple(local_only)
         self.handle: RunHandle | None = None
         self.display_id: str | None = None
         self.title = widgets.HTML(f"<b>Launch</b> <code>{html.escape(name)}</code>")
         self.num_processes = widgets.BoundedIntText(
             value=values["num_processes"],
             min=1,
-            max=max_processes,
+            max=self._most[values.get("cluster") is not None],
             description="processes",
             style=LABEL_STYLE,
         )
@@ -165,20 +186,36 @@ class ConfigPanel:
         self.timeout = self._seconds(values, "timeout", "timeout (s, 0: none)")
         self.stall_timeout = self._seconds(values, "stall_timeout", "stall (s, 0: none)")
         self.output = self._chosen(values, choices, "output", "output")
+        self.where_form = ClusterForm(values.get("cluster"), choices["placement"], LABEL_STYLE)
+        for name in ("where", "address", "cpus", "gpus", "custom_resources", "placement"):
+            setattr(self, name, getattr(self.where_form, name))
         self.plan = widgets.HTML()
         self.launch_button = widgets.Button(description="Launch", button_style="success")
         self.stop_button = widgets.Button(description="Stop", button_style="danger", disabled=True)
         self.message = widgets.HTML()
         self.runs = widgets.VBox()
-        controls = [getattr(self, setting) for setting in SETTINGS]
+        controls = [getattr(self, setting) for setting in SETTINGS if setting != "cluster"]
+        # The "where" choice first: its fields and what it disables are in place before the plan.
+        self.where.observe(lambda change: self._where_changed(), names="value")
         for control in controls:
             control.observe(lambda change: self.refresh_plan(), names="value")
+        self.where_form.observe(self.refresh_plan)
         self.launch_button.on_click(lambda button: self.launch())
         self.stop_button.on_click(lambda button: self.stop())
         buttons = widgets.HBox([self.launch_button, self.stop_button, self.message])
-        settings = widgets.HBox([widgets.VBox(controls), self.plan])
+        form = widgets.VBox([self.where_form.widget, *controls])
+        settings = widgets.HBox([form, self.plan])
         self.widget = widgets.VBox([self.title, settings, buttons, self.runs])
+        self._where_changed()
         self.refresh_plan()
+
+    def _where_changed(self) -> None:
+        """Disable what means nothing where the run goes and offer as many processes as it
+        takes (the form's observer plans again)."""
+        on_cluster = self.where_form.on_cluster
+        for setting in self._local_only:
+            getattr(self, setting).disabled = on_cluster
+        self.num_processes.max = self._most[on_cluster]  # the value is kept within it
 
     @staticmethod
     def _chosen(
@@ -209,12 +246,13 @@ class ConfigPanel:
             "timeout": self.timeout.value or None,
             "stall_timeout": self.stall_timeout.value or None,
             "output": self.output.value,
+            "cluster": self.where_form.value(),
         }
 
     def refresh_plan(self) -> None:
         """Draw the plan of the form's values, or why they are refused."""
         try:
-            plan = self._plan(self.values())
+            plan = self._plan(self.values())  # the form's own checks raise here too
         except (TypeError, ValueError) as exc:
             self.plan.value = f'<span style="color:#d62728">{html.escape(str(exc))}</span>'
             return
@@ -285,12 +323,17 @@ class ConfigPanel:
     # -- showing ----------------------------------------------------------------------------------
 
     def static_html(self, settings: Any) -> str:
-        """``settings`` (any object with the attributes :data:`SETTINGS`) as plain HTML: what a
-        saved or exported notebook (no widget state) shows in the panel's place."""
+        """``settings`` (any object with the attributes :data:`SETTINGS`, ``cluster`` as
+        :func:`plan_html` reads it) as plain HTML: what a saved or exported notebook (no widget
+        state) shows in the panel's place."""
+        cluster = settings.cluster
         rows = [
+            ("where", where_text(cluster, settings.num_processes)),
             ("processes", str(settings.num_processes)),
             ("mixed precision", settings.mixed_precision),
-            ("start method", settings.start_method),
+            ("start method", settings.start_method)
+            if cluster is None
+            else ("placement", cluster.placement),
             ("timeout", seconds_text(settings.timeout)),
             ("stall timeout", seconds_text(settings.stall_timeout)),
             ("output", settings.output),

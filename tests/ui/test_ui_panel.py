@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import html
 import os
 import time
 
 import pytest
 
-from notebook_launcher import LaunchPanel, LaunchStoppedError, log
+from notebook_launcher import LaunchPanel, LaunchStoppedError, RayCluster, log
 
 
 def train(seconds):
@@ -128,7 +129,7 @@ def test_the_view_runs_on_what_it_is_given_without_the_launcher(comms):
     view = ConfigPanel(
         "fit",
         values,
-        {"mixed_precision": ["x"], "start_method": ["y"], "output": ["a", "b"]},
+        {"mixed_precision": ["x"], "start_method": ["y"], "output": ["a", "b"], "placement": ["p"]},
         3,
         plan=plan,
         backend=lambda device: f"{device}-group",
@@ -149,3 +150,162 @@ def test_the_view_runs_on_what_it_is_given_without_the_launcher(comms):
     assert view.stop() is True  # nothing to stop
     shown = view.static_html(SimpleNamespace(**view.values()))
     assert '<code>fit</code><table class="nl-settings"' in shown and "<td>5 s</td>" in shown
+
+
+def fake_view(cluster=None):
+    """A view on fake callables: the plan echoes the form's values (and the cluster's record a
+    fake panel would make of its fields); starting a run fails the test."""
+    from types import SimpleNamespace
+
+    from notebook_launcher.ui.config_panel import SETTINGS, ConfigPanel
+
+    def plan(values):
+        fields = values["cluster"]
+        record = None
+        if fields is not None:
+            reserved = ", ".join(f"{k}: {v:g}" for k, v in fields["resources_per_process"].items())
+            record = SimpleNamespace(**fields, describe=lambda: "{" + reserved + "}")
+        return SimpleNamespace(
+            **(values | {"cluster": record}),
+            world_size=values["num_processes"],
+            device="abacus",
+            master_addr="127.0.0.1",
+            requested_port=0,
+            threads_per_process=1,
+        )
+
+    values = dict.fromkeys(SETTINGS, None) | {"num_processes": 2, "output": "a"}
+    values |= {"mixed_precision": "x", "start_method": "y", "cluster": cluster}
+    return ConfigPanel(
+        "fit",
+        values,
+        {"mixed_precision": ["x"], "start_method": ["y"], "output": ["a"], "placement": ["p", "s"]},
+        3,
+        plan=plan,
+        backend=lambda device: "group",
+        start=lambda values: pytest.fail("nothing may start"),
+        cluster_max_processes=64,
+        local_only=["start_method"],
+    )
+
+
+def test_the_view_offers_a_ray_cluster_and_switching_back_restores_this_machine(comms):
+    view = fake_view()
+    assert view.where.options == ("this machine", "Ray cluster")
+    assert view.values()["cluster"] is None and "<td>this machine</td>" in view.plan.value
+    assert view.where_form.fields.layout.display == "none"  # the cluster's fields hidden
+    view.where.value = "Ray cluster"
+    assert view.start_method.disabled and view.num_processes.max == 64
+    assert view.where_form.fields.layout.display is None
+    view.num_processes.value = 8
+    view.address.value = " 10.0.0.5:6379 "
+    view.cpus.value, view.gpus.value = 4, 1
+    view.custom_resources.value = "slot=1, pair=0.5"
+    view.placement.value = "s"
+    assert view.values()["cluster"] == {
+        "address": "10.0.0.5:6379",
+        "resources_per_process": {"CPU": 4.0, "GPU": 1.0, "slot": 1.0, "pair": 0.5},
+        "placement": "s",
+    }
+    where = "Ray cluster (address 10.0.0.5:6379), 8 ranks × {CPU: 4, GPU: 1, slot: 1, pair: 0.5}"
+    assert f"<td>{where}</td>" in view.plan.value and "<td>s</td>" in view.plan.value
+    assert "rank 0&#x27;s node" in view.plan.value  # no port of this machine's is checked
+    view.address.value, view.cpus.value, view.gpus.value = "", 0, 0
+    view.custom_resources.value = "slot=2"
+    assert view.values()["cluster"]["address"] is None  # as ray.init() chooses
+    assert view.values()["cluster"]["resources_per_process"] == {"slot": 2.0}  # 0 CPUs left out
+    assert "(address as ray.init() chooses), 8 ranks × {slot: 2}" in view.plan.value
+    # Switching back: this machine again, the start method enabled, the machine's bound kept.
+    view.where.value = "this machine"
+    assert view.values()["cluster"] is None and not view.start_method.disabled
+    assert view.num_processes.max == 3 and view.num_processes.value == 3
+    assert view.where_form.fields.layout.display == "none"
+    assert "<td>this machine</td>" in view.plan.value
+
+
+def test_a_view_given_a_cluster_starts_on_it(comms):
+    given = {"address": "auto", "resources_per_process": {"CPU": 2.0, "slot": 1.0}}
+    view = fake_view(cluster=given | {"placement": "s"})
+    assert view.where.value == "Ray cluster" and view.start_method.disabled
+    assert (view.address.value, view.cpus.value, view.gpus.value) == ("auto", 2.0, 0.0)
+    assert view.custom_resources.value == "slot=1" and view.placement.value == "s"
+    assert view.values()["cluster"] == given | {"placement": "s"}
+
+
+@pytest.mark.parametrize(
+    ("field", "text", "match"),
+    [
+        ("custom_resources", "slot=abc", "custom resources='slot=abc' is not valid: the amount"),
+        ("custom_resources", "slot", "custom resources='slot' is not valid: expected name=amount"),
+        ("custom_resources", "slot=-1", "custom resources='slot=-1' is not valid: the amount"),
+        ("custom_resources", "slot=1,slot=2", "'slot' is given twice"),
+        ("custom_resources", "GPU=1", "give GPU in its own field, 'GPUs per rank'"),
+        ("address", "   ", "address='   ' is not valid: leave it empty"),
+    ],
+)
+def test_the_view_refuses_bad_cluster_fields_by_name_and_starts_nothing(comms, field, text, match):
+    view = fake_view()
+    view.where.value = "Ray cluster"
+    getattr(view, field).value = text
+    assert html.escape(match) in view.plan.value
+    assert view.launch() is None and view.handle is None  # fake_view's start fails the test
+    assert "ValueError: " in view.message.value
+    assert html.escape(match) in view.message.value
+
+
+def test_choosing_a_ray_cluster_launches_with_its_record(comms):
+    panel = LaunchPanel(train, args=(1,), num_processes=2, max_processes=2, start_method="spawn")
+    assert panel.settings().cluster is None and panel.settings().start_method == "spawn"
+    panel.where.value = "Ray cluster"
+    panel.num_processes.value = 4  # more than this machine: the cluster has the room
+    panel.address.value = "127.0.0.1:6379"
+    panel.custom_resources.value = "slot=1"
+    panel.placement.value = "spread"
+    settings = panel.settings()
+    assert settings.cluster == RayCluster(
+        address="127.0.0.1:6379", resources_per_process={"CPU": 1, "slot": 1}, placement="spread"
+    )
+    assert settings.num_processes == 4 and settings.start_method == "fork"  # "not used"
+    assert panel.start_method.disabled and panel.start_method.value == "spawn"
+    where = "Ray cluster (address 127.0.0.1:6379), 4 ranks × {CPU: 1, slot: 1}"
+    assert f"<td>{where}</td>" in panel.plan.value and "4 (ray)" in panel.plan.value
+    shown = panel.static_html()
+    assert f"<td>{where}</td>" in shown and "<td>spread</td>" in shown
+    assert "start method" not in shown
+    panel.where.value = "this machine"
+    settings = panel.settings()
+    assert settings.cluster is None and settings.start_method == "spawn"
+    assert settings.num_processes == 2 and not panel.start_method.disabled
+    assert "<td>2 (spawn)</td>" in panel.plan.value
+
+
+def test_a_panel_given_a_cluster_keeps_its_runtime_env_and_timeout(comms):
+    given = RayCluster(resources_per_process={"CPU": 2}, runtime_env={"env_vars": {"A": "1"}})
+    panel = LaunchPanel(train, num_processes=8, max_processes=2, cluster=given)
+    assert panel.where.value == "Ray cluster" and panel.num_processes.value == 8
+    assert panel.cpus.value == 2 and panel.custom_resources.value == ""
+    assert panel.settings().cluster == given
+    panel.gpus.value = 1
+    assert panel.settings().cluster.runtime_env == {"env_vars": {"A": "1"}}
+    assert "nccl" in panel.plan.value  # a GPU per rank: the ranks' group runs on NCCL
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("gpus", 2, "GPU must be 1 (or a fraction of one)"),
+        ("cpus", -1, "the amount of 'CPU' must be a finite number >= 0"),
+        ("cpus", 0, "at least one amount must be above zero"),
+        ("custom_resources", "TPU=4", "TPU ranks are not run on a Ray cluster"),
+        ("custom_resources", "slot=x", "custom resources='slot=x' is not valid"),
+        ("address", " ", "address=' ' is not valid"),
+    ],
+)
+def test_a_refused_cluster_is_explained_and_nothing_starts(comms, field, value, match):
+    panel = LaunchPanel(train, args=(0.1,), num_processes=2, max_processes=2)
+    panel.where.value = "Ray cluster"
+    getattr(panel, field).value = value
+    shown = html.escape(match)
+    assert shown in panel.plan.value
+    assert panel.launch() is None and panel.handle is None
+    assert shown in panel.message.value and not panel.launch_button.disabled
