@@ -52,7 +52,7 @@ def process_group_backend(device: str) -> str:
 
 def cluster_fields(cluster: RayCluster | None) -> dict[str, Any] | None:
     """What the form shows of a cluster: None (this machine), or its address, resources and
-    placement (its runtime_env and timeout stay as the panel was given them)."""
+    placement (its runtime_env and timeouts stay as the panel was given them)."""
     if cluster is None:
         return None
     return {
@@ -79,7 +79,7 @@ class LaunchPanel:
             per usable core (on a Ray cluster the form offers up to 4096 ranks).
         **options: any other :func:`notebook_launcher` keyword, passed to every launch;
             ``cluster="ray"`` or ``cluster=RayCluster(...)`` starts the form on a Ray cluster
-            (its ``runtime_env`` and ``timeout`` kept for every cluster launch).
+            (its ``runtime_env`` and timeouts kept for every cluster launch).
 
     The form's "where" chooses this machine or a Ray cluster: its address (empty: as
     ``ray.init()`` chooses), CPUs and GPUs per rank, custom resources (``slot=1, pair=0.5``) and
@@ -185,7 +185,7 @@ class LaunchPanel:
         fields = values["cluster"]
         if fields is None:
             return self.base.replace(**values)
-        # The form's fields over the cluster the panel was given (its runtime_env and timeout).
+        # The form's fields over the cluster the panel was given (its runtime_env and timeouts).
         cluster = dataclasses.replace(self.base.cluster or RayCluster(), **fields)
         return self.base.replace(**values | UNUSED_ON_A_CLUSTER | {"cluster": cluster})
 

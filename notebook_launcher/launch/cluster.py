@@ -28,6 +28,7 @@ NOT_ON_A_CLUSTER = (
     ("start_method", "fork", "each rank runs in its own Ray actor process"),
 )
 TPU_RESOURCES = ("TPU",)
+MIN_NODE_TIMEOUT = 3.0  # seconds: a few of the ranks' heartbeats
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,10 @@ class RayCluster:
             ``env_vars`` ...), how code and packages reach the nodes.
         timeout: seconds to wait for the cluster to hold every rank at once and for the ranks'
             actors to start (an error names what was requested and what the cluster has).
+        node_timeout: seconds a node may send nothing at all (each rank sends a heartbeat every
+            second, from a thread of its own) before it is taken as lost: frozen, cut off from
+            this kernel, or gone without closing its connections. Ray's own health checks take
+            about a minute to say so.
 
     Raises:
         TypeError, ValueError: naming the setting, the value received and what is allowed.
@@ -58,6 +63,7 @@ class RayCluster:
     placement: str = "pack"
     runtime_env: Any = None
     timeout: float = 60.0
+    node_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         if self.address is not None and (
@@ -78,8 +84,12 @@ class RayCluster:
                 "runtime_env", self.runtime_env, "expected None or a dict (Ray's runtime_env)"
             )
         timeout = check_seconds("timeout", self.timeout, allow_none=False)
+        node_timeout = check_seconds(
+            "node_timeout", self.node_timeout, allow_none=False, low=MIN_NODE_TIMEOUT
+        )
         object.__setattr__(self, "resources_per_process", resources)
         object.__setattr__(self, "timeout", float(timeout))
+        object.__setattr__(self, "node_timeout", float(node_timeout))
         if self.runtime_env is not None:
             object.__setattr__(self, "runtime_env", _frozen(self.runtime_env))
 

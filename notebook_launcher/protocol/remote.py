@@ -30,6 +30,8 @@ STDOUT = b"o"  # rank -> kernel: raw bytes the rank wrote to fd 1
 STDERR = b"r"  # rank -> kernel: raw bytes the rank wrote to fd 2
 SIGNAL = b"s"  # kernel -> rank: one byte, the signal number
 COMMAND = b"c"  # kernel -> rank: a session command (protocol.session.Command bytes)
+BEAT = b"b"  # rank -> kernel: nothing but "this rank's process and node still answer"
+BEAT_EVERY = 1.0  # seconds between a rank's heartbeats
 # A WorkerFinished payload that starts with this holds a reference into Ray's object store (the
 # value was too large for the socket), not the value's pickle.
 STORED = b"\x00stored\x00"

@@ -100,6 +100,11 @@ class KernelLink:
             target=self._serve, name="notebook_launcher-control", daemon=True
         )
         self._control.start()
+        self._beating = threading.Event()
+        self._beat = threading.Thread(
+            target=self._heartbeat, name="notebook_launcher-beat", daemon=True
+        )
+        self._beat.start()
 
     # -- to the kernel ----------------------------------------------------------------------
 
@@ -115,6 +120,15 @@ class KernelLink:
     def send_bytes(self, tag: bytes, body: bytes) -> None:
         with self._lock:
             self._conn.send_bytes(tag + body)
+
+    def _heartbeat(self) -> None:
+        """Tell the kernel every :data:`remote.BEAT_EVERY` seconds that this rank and its node
+        still answer, whatever the rank's main thread is doing."""
+        while not self._beating.wait(remote.BEAT_EVERY):
+            try:
+                self.send_bytes(remote.BEAT, b"")
+            except (OSError, ValueError):
+                return
 
     # -- from the kernel --------------------------------------------------------------------
 
@@ -139,11 +153,13 @@ class KernelLink:
 
     def close(self) -> None:
         self._closing = True
+        self._beating.set()
         try:
             self._sock.shutdown(socket.SHUT_RDWR)  # wakes the control thread
         except OSError:
             pass
         self._control.join(1.0)
+        self._beat.join(1.0)
         for end in (self._conn, self._sock, self.commands):
             if end is not None:
                 end.close()

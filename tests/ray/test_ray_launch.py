@@ -210,6 +210,10 @@ def test_bad_input_is_refused_before_anything_starts():
         notebook_launcher(nothing, num_processes=2, cluster="ray", num_nodes=2)
     with pytest.raises(ValueError, match="TPU"):
         RayCluster(resources_per_process={"TPU": 1})
+    with pytest.raises(ValueError, match="node_timeout=1.*from 3 to"):
+        RayCluster(node_timeout=1)
+    with pytest.raises(ValueError, match="node_timeout='30'"):
+        RayCluster(node_timeout="30")
     with pytest.raises(ValueError, match="placement='everywhere'"):
         RayCluster(placement="everywhere")
     with pytest.raises(ValueError, match="num_processes=None"):

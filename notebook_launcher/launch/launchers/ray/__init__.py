@@ -32,6 +32,7 @@ from .links import Commands, Relay, RemoteHandle, close_writers, new_handle
 
 logger = logging.getLogger(__name__)
 WATCH_EVERY = 0.1  # seconds between the watcher's looks at the ranks' runs
+KERNEL_HELD = 1.0  # seconds between the watcher's looks that mean this kernel was held up
 CHECK_WAIT = 5.0  # seconds the last answers get once every rank connected
 NODE_LOST = "its node has died"  # in Ray's message when an actor's node left the cluster
 
@@ -89,6 +90,7 @@ class ClusterAttempt:
         self._released = False
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
+        self._last_tick = 0.0
         self._checks: dict[Any, int] = {}  # each actor's environment check -> its rank
         self._answers: dict[int, Any] = {}
         self._modules: tuple[str, ...] = ()
@@ -238,9 +240,11 @@ class ClusterAttempt:
 
     def _watch(self) -> None:
         ray = self.ray
+        self._last_tick = time.monotonic()
         while not self._released:
             for handle in self.handles:
                 handle.process.overdue()
+            self._check_silence()
             pending = {h.run: h for h in self.handles if h.run is not None and not h.process.known}
             if not pending:
                 if all(not h.process.is_alive() for h in self.handles):
@@ -253,6 +257,36 @@ class ClusterAttempt:
                 return
             for ref in ready:
                 self._ended(pending[ref], ref)
+
+    def _check_silence(self) -> None:
+        """End the ranks of a node from which nothing (not even a heartbeat) came for
+        ``node_timeout`` seconds: it is frozen, cut off, or gone without closing its sockets."""
+        now = time.monotonic()
+        gap, self._last_tick = now - self._last_tick, now
+        if gap > KERNEL_HELD:  # this kernel itself could not listen meanwhile: not the node's
+            for handle in self.handles:
+                handle.heard += gap
+        limit = self.settings.node_timeout
+        listening: dict[str, list[RemoteHandle]] = {}
+        for handle in self.handles:
+            if handle.link is not None and not handle.process.known:
+                listening.setdefault(self.placement.node_ids[handle.rank], []).append(handle)
+        for node_id, handles in listening.items():
+            if all(now - handle.heard >= limit for handle in handles):
+                death = self._silent(node_id, limit)
+                for handle in handles:
+                    handle.process.ended(-9, death)
+
+    def _silent(self, node_id: str, limit: float) -> str:
+        rank = self.placement.ranks_on(node_id)[0]
+        return (
+            f"its node stopped answering: {self.handles[rank].node.split(',')[0]} (address "
+            f"{self.placement.addresses.get(node_id, '?')}, Ray node {node_id}) sent nothing for "
+            f"{limit:g} s, not even the heartbeat each rank sends every second (frozen, cut off "
+            f"from this kernel, or gone without closing its connections), with rank "
+            f"{', '.join(map(str, self.placement.ranks_on(node_id)))} on it; the other ranks "
+            "were stopped (RayCluster(node_timeout=...) sets how long a node may be silent)"
+        )
 
     def _ended(self, handle: RemoteHandle, ref: Any) -> None:
         ray = self.ray

@@ -130,6 +130,7 @@ class RemoteHandle(WorkerHandle):
     run: Any = None  # the ObjectRef of the actor's run
     link: Any = None  # the rank's socket once it connected (a multiprocessing Connection)
     writers: tuple = ()  # local write ends: events, stdout, stderr
+    heard: float = 0.0  # time.monotonic() of the last message from the rank (heartbeats too)
 
     @property
     def local_pid(self) -> int | None:
@@ -162,7 +163,7 @@ class RemoteHandle(WorkerHandle):
     def connected(self, conn: Any) -> None:
         """The rank's socket, once it proved who it is."""
         self.link = conn
-        self.last_alive = time.monotonic()  # the rank's quiet time starts now
+        self.last_alive = self.heard = time.monotonic()  # the rank's quiet time starts now
         self.process.connected()
 
     def kill(self) -> None:
@@ -320,10 +321,13 @@ class Relay:
         except (EOFError, OSError):
             self._hang_up(conn, handle)
             return
+        handle.heard = time.monotonic()
         tag, body = message[:1], message[1:]
         events_w, out_w, err_w = handle.writers
         try:
-            if tag == remote.EVENT:
+            if tag == remote.BEAT:
+                pass
+            elif tag == remote.EVENT:
                 events_w.send_bytes(body)
             elif tag in (remote.STDOUT, remote.STDERR):
                 _write_all(out_w if tag == remote.STDOUT else err_w, body)
