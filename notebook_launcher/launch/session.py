@@ -34,7 +34,7 @@ from .oom import oom_kills
 from .output import OutputSink
 from .planner import plan_launch
 from .preflight import find_unpicklable, run_preflight
-from .rendezvous.local import LocalRendezvous
+from .rendezvous import open_rendezvous
 from .result import LaunchResult
 from .runner import worker_spec
 from .session_calls import CallSupervisor, interrupted_text, with_session_notes
@@ -281,7 +281,8 @@ class Session:
             sink = OutputSink(
                 plan.output, lambda rank: plan.prefix(rank, rank % plan.num_processes)
             )
-            self._rendezvous = LocalRendezvous(plan).attempt(0)
+            # This machine: a store in the kernel; a cluster: rank 0's actor hosts it.
+            self._rendezvous = open_rendezvous(plan, sink.notice).attempt(0)
             attempt = self._rendezvous.__enter__()
             specs = [
                 worker_spec(plan, r, attempt.port, 0, session=True)

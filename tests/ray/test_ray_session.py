@@ -12,7 +12,7 @@ import time
 
 import cloudpickle
 import pytest
-from raycluster import SLOTS, held_groups, live_actors
+from raycluster import SLOTS, held_groups, listening, live_actors
 
 from notebook_launcher import RayCluster, Session, SessionBrokenError
 
@@ -26,8 +26,11 @@ def where() -> tuple[str, int]:
 
 
 def test_a_session_across_nodes_keeps_its_state_until_a_rank_dies():  # noqa: PLR0915
+    before = listening()
     session = Session(num_processes=4, cluster=RayCluster(resources_per_process=SLOTS), ui="none")
     try:
+        # The kernel listens for its ranks only: rank 0's actor hosts the job's store.
+        assert len(listening() - before) == 1
         places = session.run(where).values
         assert len({node for node, _ in places}) == 2
         session.exec(
