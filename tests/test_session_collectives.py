@@ -77,7 +77,8 @@ def _same_model_trains_on(session: Session, model_ids: list[int]) -> None:
     for _ in range(2):
         session.exec("step()")
     weights = session.exec("[p.detach().clone() for p in model.parameters()]").values
-    assert all(torch.equal(a, b) for a, b in zip(*weights, strict=True))
+    for other in weights[1:]:  # every rank's copy equals rank 0's
+        assert all(torch.equal(a, b) for a, b in zip(weights[0], other, strict=True))
 
 
 @pytest.mark.parametrize("framework", list(FRAMEWORKS))

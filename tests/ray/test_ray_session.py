@@ -117,3 +117,25 @@ def test_a_killed_kernel_takes_its_session_with_it(cluster):
     while (live_actors() or held_groups()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not live_actors() and not held_groups()
+
+
+def test_a_ddp_model_across_nodes_survives_failures_inside_its_collectives():
+    from test_session_collectives import COMMON, FRAMEWORKS, STEP, _same_model_trains_on
+
+    cluster = RayCluster(resources_per_process=SLOTS)
+    with Session(num_processes=4, cluster=cluster, ui="none", stop_grace=5.0) as session:
+        session.exec(COMMON + FRAMEWORKS["torch"] + STEP)
+        session.exec("step()")
+        model_ids = session.exec("id(model)").values
+        with pytest.raises(ValueError, match="shape bug on rank 1") as info:
+            session.exec("step(fail='raise', where='backward')")  # 3 ranks wait in backward
+        assert "still usable" in "\n".join(info.value.__notes__)
+        _same_model_trains_on(session, model_ids)
+        timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt, match="still usable"):
+                session.exec("step(fail='hang', where='all_reduce')")
+        finally:
+            timer.cancel()
+        _same_model_trains_on(session, model_ids)
