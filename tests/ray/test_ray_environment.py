@@ -95,12 +95,3 @@ def test_a_node_without_notebook_launcher_is_named(tmp_path):
     assert "node 0 at 127.0.0.1" in text and "node 1 at 127.0.0.1" in text
     assert "notebook_launcher is not installed there" in text
     assert "install notebook_launcher==" in text and "'py_modules': [" in text
-
-
-def test_the_check_costs_nothing_when_every_node_has_everything():
-    def rank():
-        import os
-
-        return int(os.environ["RANK"])
-
-    assert _launch(rank, RayCluster(resources_per_process=SLOTS)) == [0, 1, 2, 3]
