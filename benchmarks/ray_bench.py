@@ -20,6 +20,7 @@ process) joins it as a notebook's kernel would.
   time from the removal until the caller holds an error.
 
     python benchmarks/ray_bench.py [--repeats 3] [--calls 50] [--json out.json]
+    python benchmarks/ray_bench.py --only start --ranks 2 --placement spread   # (a) alone, 2 ranks
 
 Needs the ``ray`` extra and Ray Train (``pip install -e .[ray,bench]``).
 """
@@ -67,7 +68,7 @@ def all_reduce_ours() -> float:
 def all_reduce_ray_train(config: dict) -> None:
     value = torch.ones(1)
     torch.distributed.all_reduce(value)
-    assert value.item() == RANKS
+    assert value.item() == config["ranks"]
 
 
 def raise_on_rank_one(folder: str, rank: int) -> None:
@@ -101,8 +102,11 @@ def wait_ray_train(config: dict) -> None:
 # -- the two ways to run a job -----------------------------------------------------------------
 
 
+PLACEMENT = {"placement": "pack"}  # of every job; --placement spread: 2 ranks on 2 nodes
+
+
 def run_ours(function, args: tuple, resources: dict, ranks: int):
-    cluster = RayCluster(resources_per_process=resources)
+    cluster = RayCluster(resources_per_process=resources, placement=PLACEMENT["placement"])
     return notebook_launcher(function, args=args, num_processes=ranks, cluster=cluster, ui="none")
 
 
@@ -113,7 +117,11 @@ def run_ray_train(function, config: dict, resources: dict, ranks: int):
     trainer = TorchTrainer(
         function,
         train_loop_config=config,
-        scaling_config=ScalingConfig(num_workers=ranks, resources_per_worker=resources),
+        scaling_config=ScalingConfig(
+            num_workers=ranks,
+            resources_per_worker=resources,
+            placement_strategy=PLACEMENT["placement"].upper(),
+        ),
         run_config=RunConfig(storage_path=tempfile.mkdtemp(prefix="ray_bench-")),
     )
     return trainer.fit()
@@ -128,13 +136,14 @@ def timed(call) -> float:
 # -- the measurements --------------------------------------------------------------------------
 
 
-def start_to_result(repeats: int) -> dict:
+def start_to_result(repeats: int, ranks: int = RANKS, names: tuple = ("ours", "ray_train")) -> dict:
     runs = {
-        "ours": lambda: run_ours(all_reduce_ours, (), SLOTS, RANKS),
-        "ray_train": lambda: run_ray_train(all_reduce_ray_train, {}, SLOTS, RANKS),
+        "ours": lambda: run_ours(all_reduce_ours, (), SLOTS, ranks),
+        "ray_train": lambda: run_ray_train(all_reduce_ray_train, {"ranks": ranks}, SLOTS, ranks),
     }
     found = {}
-    for name, run in runs.items():
+    for name in names:
+        run = runs[name]
         cold = timed(run)
         warm = [timed(run) for _ in range(repeats)]
         found[name] = {"cold": cold, "warm": warm, "median": statistics.median(warm)}
@@ -144,9 +153,9 @@ def start_to_result(repeats: int) -> dict:
     return found
 
 
-def raise_to_exception(repeats: int) -> dict:
+def raise_to_exception(repeats: int, names: tuple = ("ours", "ray_train")) -> dict:
     found = {}
-    for name in ("ours", "ray_train"):
+    for name in names:
         samples, kinds = [], set()
         for _ in range(repeats):
             folder = tempfile.mkdtemp(prefix="ray_bench-")
@@ -184,9 +193,9 @@ def session_call(calls: int) -> dict:
     return found
 
 
-def node_removed(cluster: Cluster, repeats: int) -> dict:
+def node_removed(cluster: Cluster, repeats: int, names: tuple = ("ours", "ray_train")) -> dict:
     found = {}
-    for name in ("ours", "ray_train"):
+    for name in names:
         samples, kinds = [], set()
         for _ in range(repeats):
             doomed = cluster.add_node(**NODE, resources={"slot": 2, "pair": 1})
@@ -232,7 +241,27 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--only",
+        choices=("start", "raise", "session", "node"),
+        action="append",
+        help="run only these measurements: (a) start, (b) raise, (c) session, (d) node "
+        "(repeatable; default: all)",
+    )
+    parser.add_argument("--ranks", type=int, default=RANKS, help="ranks of (a) (default 4)")
+    parser.add_argument(
+        "--placement",
+        choices=("pack", "spread"),
+        default="pack",
+        help="where the ranks of both go (spread: --ranks 2 puts one on each node)",
+    )
+    parser.add_argument(
+        "--ours-only", action="store_true", help="leave Ray Train's TorchTrainer out"
+    )
     options = parser.parse_args()
+    PLACEMENT["placement"] = options.placement
+    only = set(options.only or ("start", "raise", "session", "node"))
+    names = ("ours",) if options.ours_only else ("ours", "ray_train")
     cluster = Cluster(
         initialize_head=True,
         head_node_args={**NODE, "include_dashboard": False, "resources": {"slot": 2}},
@@ -241,13 +270,16 @@ def main() -> None:
         cluster.add_node(**NODE, resources={"slot": 2, "pair": 1})
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=False, _node_ip_address=LOOPBACK)
-        results = {
-            "start_to_result": start_to_result(options.repeats),
-            "raise_to_exception": raise_to_exception(options.repeats),
-            "session_call": session_call(options.calls),
-            "node_removed": node_removed(cluster, max(1, options.repeats // 2)),
-            "machine": {"cpus": os.cpu_count(), "load": os.getloadavg()},
-        }
+        results: dict = {}
+        if "start" in only:
+            results["start_to_result"] = start_to_result(options.repeats, options.ranks, names)
+        if "raise" in only:
+            results["raise_to_exception"] = raise_to_exception(options.repeats, names)
+        if "session" in only:
+            results["session_call"] = session_call(options.calls)
+        if "node" in only:
+            results["node_removed"] = node_removed(cluster, max(1, options.repeats // 2), names)
+        results["machine"] = {"cpus": os.cpu_count(), "load": os.getloadavg()}
     finally:
         ray.shutdown()
         cluster.shutdown()
