@@ -31,23 +31,24 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
+# The Ray lane's two-node loopback cluster; Ray reads these when it is imported.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "ray"))
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # with node_ip_address: loopback only
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-
 import ray  # noqa: E402
 import torch  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
+from raycluster import NODE_ARGS as NODE  # noqa: E402
+from raycluster import SLOTS, start_two_nodes, stop  # noqa: E402
 
 from notebook_launcher import RayCluster, Session, notebook_launcher  # noqa: E402
 
-LOOPBACK = "127.0.0.1"
-NODE = {"num_cpus": 2, "node_ip_address": LOOPBACK}
-SLOTS = {"CPU": 1, "slot": 1}
 PAIRED = {"CPU": 1, "pair": 1}
 RANKS = 4
 LIMIT = 180.0  # seconds any one measured call may take
@@ -193,7 +194,7 @@ def session_call(calls: int) -> dict:
     return found
 
 
-def node_removed(cluster: Cluster, repeats: int, names: tuple = ("ours", "ray_train")) -> dict:
+def node_removed(cluster: Any, repeats: int, names: tuple = ("ours", "ray_train")) -> dict:
     found = {}
     for name in names:
         samples, kinds = [], set()
@@ -262,14 +263,8 @@ def main() -> None:
     PLACEMENT["placement"] = options.placement
     only = set(options.only or ("start", "raise", "session", "node"))
     names = ("ours",) if options.ours_only else ("ours", "ray_train")
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={**NODE, "include_dashboard": False, "resources": {"slot": 2}},
-    )
+    cluster = start_two_nodes()
     try:
-        cluster.add_node(**NODE, resources={"slot": 2, "pair": 1})
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, log_to_driver=False, _node_ip_address=LOOPBACK)
         results: dict = {}
         if "start" in only:
             results["start_to_result"] = start_to_result(options.repeats, options.ranks, names)
@@ -281,8 +276,7 @@ def main() -> None:
             results["node_removed"] = node_removed(cluster, max(1, options.repeats // 2), names)
         results["machine"] = {"cpus": os.cpu_count(), "load": os.getloadavg()}
     finally:
-        ray.shutdown()
-        cluster.shutdown()
+        stop(cluster)
     if options.json:
         options.json.write_text(json.dumps(results, indent=2))
 

@@ -18,18 +18,13 @@ import statistics
 import time
 from pathlib import Path
 
-os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # with node_ip_address: loopback only
-os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+import psutil
+import torch
+from ray_bench import SLOTS, start_two_nodes, stop  # ray_bench.py's cluster
 
-import psutil  # noqa: E402
-import ray  # noqa: E402
-import torch  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
-from ray_bench import LOOPBACK, NODE, SLOTS  # noqa: E402  (the same cluster as ray_bench.py)
-
-import notebook_launcher.launch.launchers.ray as ray_launcher  # noqa: E402
-from notebook_launcher import RayCluster, notebook_launcher  # noqa: E402
-from notebook_launcher.launch.launchers.ray import links  # noqa: E402
+import notebook_launcher.launch.launchers.ray as ray_launcher
+from notebook_launcher import RayCluster, notebook_launcher
+from notebook_launcher.launch.launchers.ray import links
 
 marks: dict[str, float] = {}
 
@@ -116,15 +111,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     options = parser.parse_args()
     _instrument()
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={**NODE, "include_dashboard": False, "resources": {"slot": 2}},
-    )
+    cluster = start_two_nodes()
     runs = []
     try:
-        cluster.add_node(**NODE, resources={"slot": 2, "pair": 1})
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, log_to_driver=False, _node_ip_address=LOOPBACK)
         for index in range(options.launches):
             idle = [idle_workers()]
             phases = launch(options.ranks)
@@ -134,8 +123,7 @@ def main() -> None:
             print(f"launch {index}: {json.dumps(phases)}", flush=True)
             time.sleep(options.gap)
     finally:
-        ray.shutdown()
-        cluster.shutdown()
+        stop(cluster)
     warm = runs[1:]
     if warm:
         print(

@@ -20,14 +20,14 @@ import psutil
 import pytest
 from processtree import live_descendants
 from raycluster import (
-    LOOPBACK,
     NO_RAY,
-    NODE_ARGS,
     held_groups,
     listening,
     live_actors,
     rank_processes,
     ray,
+    start_two_nodes,
+    stop,
 )
 
 SETTLE = 5.0  # seconds the cluster gets to show a launch's actors dead and its group removed
@@ -45,30 +45,12 @@ def cluster():
     if ray is None:
         pytest.skip(NO_RAY)
     if not _running:
-        _running.append(_start())
+        _running.append(start_two_nodes())
     return _running[0]
 
 
-def _start():
-    from ray.cluster_utils import Cluster
-
-    local = Cluster(
-        initialize_head=True,
-        head_node_args={**NODE_ARGS, "include_dashboard": False, "resources": {"slot": 2}},
-    )
-    try:
-        local.add_node(**NODE_ARGS, resources={"slot": 2, "pair": 1})
-        local.wait_for_nodes()
-        ray.init(address=local.address, log_to_driver=False, _node_ip_address=LOOPBACK)
-    except BaseException:
-        _stop(local)
-        raise
-    return local
-
-
 def _stop(local) -> None:
-    ray.shutdown()
-    local.shutdown()
+    stop(local)
     _await_cluster_gone()
 
 

@@ -22,6 +22,32 @@ SLOTS = {"CPU": 1, "slot": 1}  # what each rank reserves: 2 ranks per node
 NODE_ARGS = {"num_cpus": 2, "node_ip_address": LOOPBACK}
 
 
+def start_two_nodes():
+    """The lane's cluster (also the Ray benchmarks'): the head node and one more, each with 2 CPUs
+    and 2 ``slot`` resources (the second also one ``pair``), every node at 127.0.0.1, no
+    dashboard; this process joined as its driver. Stop it with :func:`stop`."""
+    from ray.cluster_utils import Cluster
+
+    local = Cluster(
+        initialize_head=True,
+        head_node_args={**NODE_ARGS, "include_dashboard": False, "resources": {"slot": 2}},
+    )
+    try:
+        local.add_node(**NODE_ARGS, resources={"slot": 2, "pair": 1})
+        local.wait_for_nodes()
+        ray.init(address=local.address, log_to_driver=False, _node_ip_address=LOOPBACK)
+    except BaseException:
+        stop(local)
+        raise
+    return local
+
+
+def stop(local) -> None:
+    """Leave the cluster and shut its nodes down."""
+    ray.shutdown()
+    local.shutdown()
+
+
 def listening(proc: psutil.Process | None = None) -> set[tuple[str, int]]:
     """The ``(address, port)`` pairs ``proc`` (default: this process) listens on."""
     proc = proc or psutil.Process()
