@@ -56,8 +56,8 @@ def test_a_node_lacking_a_module_and_a_version_is_named_with_how_to_fix_it(tmp_p
     assert compare(here, describe_node(("own_helpers_for_reports",))) == ()
     text = report(
         [NodeProblem("node 1 at 10.0.0.5, Ray node 4d465432", (2, 3), lacks)],
-        ("numpy", "own_helpers_for_reports"),
         None,
+        ("numpy", "own_helpers_for_reports"),
     )
     assert "node 1 at 10.0.0.5, Ray node 4d465432 (ranks 2, 3)" in text
     assert f"'py_modules': [{own.__file__!r}]" in text
@@ -67,5 +67,5 @@ def test_a_node_lacking_a_module_and_a_version_is_named_with_how_to_fix_it(tmp_p
 def test_a_missing_installed_package_is_offered_to_pip():
     here = describe_node()
     there = NodeEnvironment(here.python, dict(here.versions), {"numpy": "No module named 'numpy'"})
-    text = report([NodeProblem("node 1", (1,), compare(here, there))], ("numpy",), None)
+    text = report([NodeProblem("node 1", (1,), compare(here, there))], None, ("numpy",))
     assert f"'pip': ['numpy=={np.__version__}']" in text and "(rank 1)" in text

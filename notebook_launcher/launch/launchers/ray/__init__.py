@@ -16,6 +16,7 @@ Ray is imported only once a launch starts (:meth:`RayLauncher.prepare`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -228,13 +229,17 @@ class ClusterAttempt:
             if not self._checks or left <= 0 or not (every or self._lacking(here)):
                 break
             ray.wait(list(self._checks), num_returns=1, timeout=min(left, PLACEMENT_POLL))
-        if self._lacking(here):
-            problems, torch_note = problems_by_node(self._answers, self.placement, here)
-            raise ClusterError(report(problems, self._modules, torch_note))
+        lacking = self._lacking(here)
+        if lacking:
+            raise ClusterError(report(*lacking, self._modules))
 
-    def _lacking(self, here: Any) -> bool:
+    def _lacking(self, here: Any) -> tuple | None:
+        """What the answers so far say the nodes lack (:func:`report`'s problems and torch
+        note), or None: nothing, or only torch versions with answers still out."""
         problems, torch_note = problems_by_node(self._answers, self.placement, here)
-        return bool(problems) or (torch_note is not None and not self._checks)
+        if problems or (torch_note is not None and not self._checks):
+            return problems, torch_note
+        return None
 
     # -- watching ---------------------------------------------------------------------------
 
@@ -386,14 +391,10 @@ class ClusterAttempt:
             handle.run = handle.actor = None
 
 
-_here_described: list = []
-
-
+@functools.cache
 def _here() -> Any:
     """This kernel's own environment (versions), described once."""
-    if not _here_described:
-        _here_described.append(describe_node())
-    return _here_described[0]
+    return describe_node()
 
 
 def _first_lines(error: BaseException, count: int = 3) -> str:

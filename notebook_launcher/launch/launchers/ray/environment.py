@@ -68,7 +68,7 @@ def torch_differs(found: Iterable[tuple[str, NodeEnvironment]]) -> str | None:
     )
 
 
-def report(problems: list[NodeProblem], modules: tuple[str, ...], torch_note: str | None) -> str:
+def report(problems: list[NodeProblem], torch_note: str | None, modules: tuple[str, ...]) -> str:
     """The error's text: each node with its ranks and what it lacks, then how to ship it."""
     lines = ["The cluster's nodes cannot run this launch:"]
     for problem in problems:
