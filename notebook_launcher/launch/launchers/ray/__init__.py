@@ -27,7 +27,15 @@ from ....protocol.environment import describe_node, modules_imported
 from ....protocol.names import RAY_RANK_ACTOR, entry_point
 from ....protocol.spec import WorkerSpec
 from ..base import Launcher, WorkerHandle
-from .cluster import PLACEMENT_POLL, ClusterError, Placement, join, reserve, uploaded
+from .cluster import (
+    PLACEMENT_POLL,
+    ClusterError,
+    Placement,
+    first_lines,
+    join,
+    reserve,
+    uploaded,
+)
 from .environment import problems_by_node, report
 from .links import Commands, Relay, RemoteHandle, close_writers, new_handle
 
@@ -300,7 +308,7 @@ class ClusterAttempt:
         except ray.exceptions.RayActorError as error:
             code, death = -9, self._death(handle, error)
         except Exception as error:  # the run itself failed in the actor
-            code, death = 1, f"its Ray task failed: {_first_lines(error)}"
+            code, death = 1, f"its Ray task failed: {first_lines(error)}"
         if handle.link is None:
             close_writers(handle)
         handle.process.ended(code, death)
@@ -323,11 +331,11 @@ class ClusterAttempt:
             )
         if "No module named" in text or getattr(error, "actor_init_failed", False):
             return (
-                f"its Ray actor could not start: {_first_lines(error)}. notebook_launcher and "
+                f"its Ray actor could not start: {first_lines(error)}. notebook_launcher and "
                 "what the function imports must be installed on every node (or shipped with "
                 "RayCluster(runtime_env={'py_modules': [...]} or {'pip': [...]}))"
             )
-        return f"its Ray actor died: {_first_lines(error)}"
+        return f"its Ray actor died: {first_lines(error)}"
 
     def _nodes(self) -> list[dict]:
         try:
@@ -395,11 +403,6 @@ class ClusterAttempt:
 def _here() -> Any:
     """This kernel's own environment (versions), described once."""
     return describe_node()
-
-
-def _first_lines(error: BaseException, count: int = 3) -> str:
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    return " ".join(lines[:count]) or type(error).__name__
 
 
 def _after(text: str, marker: str) -> str:

@@ -187,3 +187,10 @@ def _cannot_hold(ray: Any, settings: RayCluster, ranks: int) -> str:
         f"{settings.timeout:g} s. Ask for fewer processes or smaller resources_per_process, "
         "add nodes, or free what other jobs hold."
     )
+
+
+def first_lines(error: BaseException, count: int = 3) -> str:
+    """The first ``count`` non-empty lines of ``error``'s text, on one line (its type's name
+    if it has none)."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return " ".join(lines[:count]) or type(error).__name__

@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ....protocol.environment import AGREED, NodeEnvironment
+from ....protocol.environment import AGREED, NodeEnvironment, version_of
+from .cluster import first_lines
 
 PACKAGE = "notebook_launcher"
 
@@ -50,8 +51,7 @@ def actor_failed(error: BaseException) -> tuple[str, ...]:
     text = str(error)
     if f"No module named '{PACKAGE}" in text:
         return (f"{PACKAGE} is not installed there (No module named '{PACKAGE}')",)
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return (f"its Ray actor could not start: {' '.join(lines[:3]) or type(error).__name__}",)
+    return (f"its Ray actor could not start: {first_lines(error)}",)
 
 
 def torch_differs(found: Iterable[tuple[str, NodeEnvironment]]) -> str | None:
@@ -104,16 +104,17 @@ def report(problems: list[NodeProblem], torch_note: str | None, modules: tuple[s
 
 def _requirement(name: str) -> str:
     """'name==version' as this kernel has it (the bare name if it has no version)."""
-    version = getattr(sys.modules.get(name), "__version__", None)
+    version = version_of(name)
     return f"{name}=={version}" if version else name
 
 
 def _where(name: str) -> str:
-    module = sys.modules.get(name)
-    version = getattr(module, "__version__", None)
+    version = version_of(name)
     if version is not None:
         return f"{name} {version}"
-    return f"it at {_shipped_path(name)}" if getattr(module, "__file__", None) else "it"
+    return (
+        f"it at {_shipped_path(name)}" if getattr(sys.modules.get(name), "__file__", None) else "it"
+    )
 
 
 def _own(name: str) -> bool:
