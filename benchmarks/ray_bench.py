@@ -8,7 +8,9 @@ process) joins it as a notebook's kernel would.
 * (a) start to result: a trivial job (join the process group, one ``all_reduce`` of a 1-element
   tensor), from the call to its return: ``notebook_launcher(..., cluster=...)`` and
   ``TorchTrainer(...).fit()``. The first call of each is reported apart (cold); then the median
-  of ``--repeats`` calls on the warm cluster.
+  of ``--repeats`` calls on the warm cluster, taken in turns. The floor comes first: the same
+  job on hand-made actors (one placement group, each actor joins the process group itself),
+  nothing but Ray and torch; every launcher is also reported as a ratio to it.
 * (b) a rank raises: rank 1 writes ``time.time()`` and raises ``KeyError``; the time until the
   caller holds the exception, and which type it holds.
 * (c) a warm session call: ``Session(num_processes=4, cluster=...)``, ``session.exec("1")``,
@@ -128,6 +130,57 @@ def run_ray_train(function, config: dict, resources: dict, ranks: int):
     return trainer.fit()
 
 
+class BareRank:
+    """The floor: a rank written by hand with nothing but Ray and torch (no launcher)."""
+
+    def address(self) -> tuple[str, int]:
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind((ray.util.get_node_ip_address(), 0))
+            return probe.getsockname()
+
+    def all_reduce(self, url: str, rank: int, ranks: int) -> float:
+        torch.distributed.init_process_group("gloo", init_method=url, rank=rank, world_size=ranks)
+        value = torch.ones(1)
+        torch.distributed.all_reduce(value)
+        torch.distributed.destroy_process_group()
+        return value.item()
+
+
+def run_bare_ray(resources: dict, ranks: int) -> list[float]:
+    """The trivial job on ``ranks`` hand-made actors in one placement group, as a user who knows
+    Ray and torch would write it: what any launcher on Ray starts from."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    shape = dict(resources)
+    cpus = shape.pop("CPU", 0)
+    group = placement_group([dict(resources)] * ranks, strategy=PLACEMENT["placement"].upper())
+    actors = []
+    try:
+        ray.get(group.ready(), timeout=LIMIT)
+        rank_class = ray.remote(BareRank)
+        actors = [
+            rank_class.options(
+                num_cpus=cpus,
+                resources=shape,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(group, index),
+            ).remote()
+            for index in range(ranks)
+        ]
+        host, port = ray.get(actors[0].address.remote(), timeout=LIMIT)
+        url = f"tcp://{host}:{port}"
+        return ray.get(
+            [actor.all_reduce.remote(url, rank, ranks) for rank, actor in enumerate(actors)],
+            timeout=LIMIT,
+        )
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+        remove_placement_group(group)
+
+
 def timed(call) -> float:
     started = time.perf_counter()
     call()
@@ -139,18 +192,31 @@ def timed(call) -> float:
 
 def start_to_result(repeats: int, ranks: int = RANKS, names: tuple = ("ours", "ray_train")) -> dict:
     runs = {
+        "bare_ray": lambda: run_bare_ray(SLOTS, ranks),
         "ours": lambda: run_ours(all_reduce_ours, (), SLOTS, ranks),
         "ray_train": lambda: run_ray_train(all_reduce_ray_train, {"ranks": ranks}, SLOTS, ranks),
     }
+    order = ("bare_ray", *names)
+    cold = {name: timed(runs[name]) for name in order}
+    warm: dict[str, list[float]] = {name: [] for name in order}
+    for _ in range(repeats):  # in turns, so that a drift of the machine's load hits each alike
+        for name in order:
+            warm[name].append(timed(runs[name]))
     found = {}
-    for name in names:
-        run = runs[name]
-        cold = timed(run)
-        warm = [timed(run) for _ in range(repeats)]
-        found[name] = {"cold": cold, "warm": warm, "median": statistics.median(warm)}
+    for name in order:
+        found[name] = {
+            "cold": cold[name],
+            "warm": warm[name],
+            "median": statistics.median(warm[name]),
+        }
         print(
-            f"(a) {name}: cold {cold:.2f} s, warm median {found[name]['median']:.2f} s", flush=True
+            f"(a) {name}: cold {cold[name]:.2f} s, warm median {found[name]['median']:.2f} s",
+            flush=True,
         )
+    floor = found["bare_ray"]["median"]
+    for name in names:
+        found[name]["to_bare_ray"] = found[name]["median"] / floor
+        print(f"(a) {name}: {found[name]['to_bare_ray']:.2f}x the hand-made floor", flush=True)
     return found
 
 

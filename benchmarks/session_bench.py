@@ -16,6 +16,8 @@ its own:
                the value; no supervision, output capture, interrupts or panels.
 * ``accelerate``  ``accelerate.notebook_launcher`` of the same work, one launch a call (it has
                no sessions: this is what a call costs its users).
+* ``paired``   ``ours`` (``ui="none"``) and ``bare`` again, in one kernel, one call of each in
+               turn, so that the load of the moment weighs on both alike.
 * ``ipyparallel`` (when installed) ``ipp.Cluster(n=N)`` (its start timed), then ``%%px x = 1 + 1``
                and ``view.apply_sync(f)``; its engines form no process group, so that work has
                no collective.
@@ -114,6 +116,27 @@ try:
     assert _values == [{n}.0] * {n}, _values
     _got["all_reduce"] = _calls
 finally:
+    _pool.close()
+print("RESULT", json.dumps(_got))
+"""
+
+# Ours and the floor in one kernel, their calls taken in turns: the machine's load of the moment
+# weighs on both alike (the lanes above run in turns too, but a lane's calls in a row).
+PAIRED = """
+from bare_pool import BarePool
+_pool = BarePool({n}, {port})
+_session = Session(num_processes={n}, ui="none")
+_got = {{"ours": [], "bare": []}}
+_calls = {{"ours": lambda: _session.run(all_reduce).values, "bare": lambda: _pool.run(all_reduce)}}
+try:
+    for _ in range({calls}):
+        for _lane, _call in _calls.items():
+            _start = time.perf_counter()
+            _values = _call()
+            _got[_lane].append(time.perf_counter() - _start)
+            assert _values == [{n}.0] * {n}, _values
+finally:
+    _session.close()
     _pool.close()
 print("RESULT", json.dumps(_got))
 """
@@ -318,6 +341,14 @@ def run_sessions(lanes: Lanes, uis: list[str]) -> None:
                     lanes.add(f"{lane} {ui}", n, got)
 
 
+def run_paired(lanes: Lanes) -> None:
+    options = lanes.options
+    for n in options.sizes:
+        cell = PAIRED.format(n=n, port=free_port(), calls=options.warmup + options.calls)
+        got = result(lanes.kernel("ours").run(cell, 300))
+        lanes.add("paired", n, {lane: calls[options.warmup :] for lane, calls in got.items()})
+
+
 def run_ipyparallel(lanes: Lanes) -> None:
     options = lanes.options
     if importlib.util.find_spec("ipyparallel") is None:
@@ -409,6 +440,18 @@ def report(lanes: Lanes, uis: list[str]) -> None:
             print(f"{n:>3} {work:<17}" + "".join(cells) + "  " + ratio)
     print("  bare, ipyparallel: no PartialState; ipyparallel's work is 1 + 1 (no process group)")
 
+    if "paired" in s:
+        print(
+            f"\nIn turns in one kernel, all_reduce, milliseconds: median (p90) of "
+            f"{options.calls} calls each, ui=none"
+        )
+        for n in options.sizes:
+            ours, bare = s["paired"][n]["ours"], s["paired"][n]["bare"]
+            print(
+                f"{n:>3} ours {med(ours):6.2f} ({p90(ours):6.2f})   bare {med(bare):6.2f} "
+                f"({p90(bare):6.2f})   ours/bare {med(ours) / med(bare):5.2f}x"
+            )
+
     print("\nStarting and launching, milliseconds (median); launch/run: a launch over a warm call")
     header = f"{'N':>3} {'lane':<16}{'Session()':>11}{'close':>9}{'launch':>9}{'launch/run':>12}"
     print(header + f"{'accelerate':>12}{'ipp start':>11}{'bare start':>12}")
@@ -466,6 +509,7 @@ def main() -> None:
         if reason:
             lanes.notes["widgets"] = reason
         run_sessions(lanes, uis)
+        run_paired(lanes)
         run_ipyparallel(lanes)
         run_cpu(lanes, uis)
         run_push(lanes)

@@ -111,18 +111,20 @@ def _walk(node: ast.AST, top: bool = True):
 
 # Modules that import by a name known only when they run, and why that name is no layer's
 # business: everything else that calls importlib.import_module names a constant (read as an
-# import below) or a module-level ``_EXPORTS`` table of relative names (read likewise).
+# import below). A lazy facade's names are in a module-level ``_EXPORTS`` table of relative
+# module names (read likewise, as imports made when a name is first asked for).
 DYNAMIC = {
     "notebook_launcher.protocol.names": "a worker's entry point, named by the kernel as torchrun names a script",
     "notebook_launcher.launch.warmup": "the worker's entry module, imported early so forks inherit it",
     "notebook_launcher.worker.torchrun": "the user's training module",
     "notebook_launcher.integrations.lightning_trainer": "the Lightning package in use",
+    "notebook_launcher.utils.lazy": "a facade's names, from its _EXPORTS table (read there)",
 }
 
 
 def _dynamic_targets(module: str, package: bool, tree: ast.AST) -> list[tuple[str, bool]]:
-    """What a module imports through ``importlib.import_module``: constant names, and the
-    relative names of its ``_EXPORTS`` table (a lazy facade)."""
+    """What a module imports through ``importlib.import_module`` (constant names), and the
+    relative names of its ``_EXPORTS`` table (a lazy facade), imported on first use."""
     found: list[tuple[str, bool]] = []
     exports = [
         key.value
@@ -133,22 +135,19 @@ def _dynamic_targets(module: str, package: bool, tree: ast.AST) -> list[tuple[st
         for key in node.value.keys
         if isinstance(key, ast.Constant) and isinstance(key.value, str)
     ]
+    named = [(target, False) for target in exports]
     for node, top in _walk_calls(tree):
         name = node.args[0] if node.args else None
         if isinstance(name, ast.Constant) and isinstance(name.value, str):
-            names = [name.value]
-        elif exports:
-            names = exports
+            named.append((name.value, top))
         else:
             assert module in DYNAMIC, f"{module} imports a module it names at run time"
-            continue
-        for target in names:
-            level = len(target) - len(target.lstrip("."))
-            fake = ast.ImportFrom(module=target.lstrip(".") or None, names=[], level=level)
-            fake.names = [ast.alias(name="*")]
-            absolute = _absolute(module, package, level, fake.module) if level else target
-            if absolute.split(".")[0] == PACKAGE:
-                found.append((absolute, top))
+    for target, top in named:
+        level = len(target) - len(target.lstrip("."))
+        stripped = target.lstrip(".") or None
+        absolute = _absolute(module, package, level, stripped) if level else target
+        if absolute.split(".")[0] == PACKAGE:
+            found.append((absolute, top))
     return found
 
 
@@ -349,3 +348,46 @@ def test_no_part_reads_another_parts_private_names():
                     if _private(alias.name):
                         found.append(f"{module}:{node.lineno} imports {alias.name} from {source}")
     assert not found, "private names read across parts:\n" + "\n".join(found)
+
+
+def _loaded_after(script: str) -> set[str]:
+    """The package's modules a fresh interpreter holds after running ``script``."""
+    import subprocess
+    import sys
+
+    shown = (
+        f"{script}\nimport sys\nprint(sorted(m for m in sys.modules if m.startswith('{PACKAGE}.')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", shown], capture_output=True, text=True, timeout=120, check=True
+    )
+    return set(ast.literal_eval(done.stdout.strip().splitlines()[-1]))
+
+
+def _parts(modules: set[str]) -> set[str]:
+    return {module.split(".")[1] for module in modules}
+
+
+def test_a_rank_loads_no_kernel_side_module():
+    # What a rank started by spawn or on a Ray node imports, then what a training function asks for.
+    loaded = _loaded_after(
+        "import notebook_launcher.worker.bootstrap, notebook_launcher.worker.remote\n"
+        "from notebook_launcher import PartialState, gather, log\n"
+        "PartialState"
+    )
+    assert {"worker", "state", "ops", "live"} <= _parts(loaded)
+    assert not _parts(loaded) & KERNEL, sorted(m for m in loaded if m.split(".")[1] in KERNEL)
+    assert not _parts(loaded) & {"data", "accelerator"}  # not asked for, not loaded
+
+
+def test_every_public_name_is_found_where_the_stub_says():
+    import importlib
+
+    import notebook_launcher
+
+    homes = notebook_launcher._WHERE
+    assert set(notebook_launcher.__all__) == {*homes, "load_ipython_extension"}
+    for name, home in homes.items():
+        module = importlib.import_module(home, PACKAGE)
+        assert getattr(notebook_launcher, name) is getattr(module, name), name
+    assert set(notebook_launcher.__all__) <= set(dir(notebook_launcher))

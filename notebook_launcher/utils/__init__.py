@@ -4,14 +4,12 @@ The Accelerate-style utility names (``is_bf16_available``, ``get_max_memory``, t
 kwargs handlers ...) are importable from here, as from ``accelerate.utils``; they load on first
 use, so importing one submodule stays cheap. This folder imports no other part of the package:
 the names ``accelerate.utils`` also offers from other parts (``gather``, ``reduce``,
-``write_basic_config`` ...) are added here by the package's ``__init__``, which imports them
-anyway.
+``write_basic_config`` ...) are added here by the package's ``__init__``.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .lazy import lazy_exports
 
 _EXPORTS = {
     ".environment": (
@@ -45,18 +43,6 @@ _EXPORTS = {
         "InitProcessGroupKwargs",
     ),
 }
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+_WHERE, __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
 __all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
