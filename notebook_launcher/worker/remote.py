@@ -59,12 +59,34 @@ def node_address() -> str:
     return ray.util.get_node_ip_address()
 
 
+def take_priority(niceness: int) -> int:
+    """Run this process's threads at ``niceness`` (the kernel's) if they run below it and the
+    node allows raising them (root, ``CAP_SYS_NICE`` or ``RLIMIT_NICE``), unless
+    ``RAY_worker_niceness`` was set for this worker; the niceness the main thread has then.
+
+    Ray starts its workers at niceness 15, below every other process of the node, so that
+    anything else running there (a notebook's kernel on the head node, a data job) takes the CPU
+    from them first; a rank is a training process like any torchrun starts."""
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    if current <= niceness or "RAY_worker_niceness" in os.environ:
+        return current
+    tasks = f"/proc/{os.getpid()}/task"
+    threads = [int(t) for t in os.listdir(tasks)] if os.path.isdir(tasks) else [0]
+    for thread in threads:  # on Linux each thread has its own (new threads inherit it)
+        try:
+            os.setpriority(os.PRIO_PROCESS, thread, niceness)
+        except OSError:  # not allowed here, or the thread just ended: Ray's niceness stays
+            pass
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
+
 class RankActor:
     """One rank's Ray actor: made remote by the kernel's launcher, one per rank, in the launch's
     placement group. Its methods run in the actor process's main thread, one at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, niceness: int) -> None:
         self._store: Any = None
+        take_priority(niceness)
 
     def host_store(self) -> tuple[str, int]:
         """Host the job's rendezvous store (rank 0's actor), listening on this node's address

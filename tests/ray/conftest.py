@@ -31,10 +31,18 @@ from raycluster import (
 )
 
 SETTLE = 5.0  # seconds the cluster gets to show a launch's actors dead and its group removed
+# Seconds a test of the lane may take: its launches may wait START seconds for their ranks.
+LANE_TIMEOUT = 900
 
 
 HERE = Path(__file__).resolve().parent
 _running: list = []  # the lane's cluster while its tests run
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if HERE in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.timeout(LANE_TIMEOUT))
 
 
 @pytest.fixture

@@ -19,6 +19,9 @@ NO_RAY = 'Ray is not installed (pip install "notebook_launcher[ray]"; CI install
 
 LOOPBACK = "127.0.0.1"
 SLOTS = {"CPU": 1, "slot": 1}  # what each rank reserves: 2 ranks per node
+# Seconds the lane's launches give their ranks to start. Ray starts its workers at niceness 15:
+# beside other busy processes on these 2 cores a 4-rank launch took 60 s to start.
+START = 300.0
 NODE_ARGS = {"num_cpus": 2, "node_ip_address": LOOPBACK}
 
 
@@ -40,6 +43,17 @@ def start_two_nodes():
         stop(local)
         raise
     return local
+
+
+def rank_niceness() -> int:
+    """The niceness a rank's actor runs at: this process's where a process may raise its own
+    priority (root, or an ``RLIMIT_NICE`` that allows it), else Ray's workers' 15."""
+    import resource
+
+    mine = os.nice(0)
+    soft, _ = resource.getrlimit(resource.RLIMIT_NICE)
+    allowed = os.geteuid() == 0 or soft == resource.RLIM_INFINITY or 20 - soft <= mine
+    return mine if allowed else max(mine, 15)
 
 
 def stop(local) -> None:

@@ -15,7 +15,7 @@ import textwrap
 
 import cloudpickle
 import pytest
-from raycluster import SLOTS
+from raycluster import SLOTS, START
 
 from notebook_launcher import ClusterError, RayCluster, notebook_launcher
 
@@ -49,7 +49,7 @@ def test_a_module_only_the_kernel_has_names_each_node_and_how_to_ship_it(tmp_pat
         return answer(int(os.environ["RANK"]))
 
     with pytest.raises(ClusterError) as caught:
-        _launch(uses_it, RayCluster(resources_per_process=SLOTS))
+        _launch(uses_it, RayCluster(resources_per_process=SLOTS, timeout=START))
     text = str(caught.value)
     assert "The cluster's nodes cannot run this launch" in text
     assert "node 0 at 127.0.0.1" in text and "node 1 at 127.0.0.1" in text
@@ -59,7 +59,9 @@ def test_a_module_only_the_kernel_has_names_each_node_and_how_to_ship_it(tmp_pat
     assert f"runtime_env={{'py_modules': [{folder!r}]}}" in text
     assert "Traceback" not in capsys.readouterr().err  # no rank's unpickling error shown
 
-    shipped = RayCluster(resources_per_process=SLOTS, runtime_env={"py_modules": [folder]})
+    shipped = RayCluster(
+        resources_per_process=SLOTS, runtime_env={"py_modules": [folder]}, timeout=START
+    )
     assert _launch(uses_it, shipped) == [41, 42, 43, 44]  # what the error said to do works
 
 
@@ -84,6 +86,7 @@ def test_a_node_without_notebook_launcher_is_named(tmp_path):
     without = RayCluster(
         resources_per_process=SLOTS,
         runtime_env={"env_vars": {"PYTHONPATH": str(tmp_path)}},  # the nodes' Python only
+        timeout=START,
     )
 
     def nothing():

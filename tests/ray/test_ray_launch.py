@@ -17,7 +17,7 @@ from pathlib import Path
 import cloudpickle
 import pytest
 import torch
-from raycluster import SLOTS, listening, listening_addresses
+from raycluster import SLOTS, START, listening, listening_addresses, rank_niceness
 
 from notebook_launcher import (
     ClusterError,
@@ -30,7 +30,7 @@ from notebook_launcher import (
 )
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-ON_TWO_NODES = RayCluster(resources_per_process=SLOTS)
+ON_TWO_NODES = RayCluster(resources_per_process=SLOTS, timeout=START)
 
 
 def on_cluster(function, *args, num_processes: int = 2, **options):
@@ -61,6 +61,7 @@ def train_ddp(steps: int):
         "node": ray.get_runtime_context().get_node_id(),
         "weight": model.weight.detach().clone(),
         "env": {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK")},
+        "niceness": os.nice(0),
     }
 
 
@@ -75,6 +76,8 @@ def test_a_ddp_job_spans_the_nodes_and_returns_every_rank(capsys):
     assert {v["env"]["WORLD_SIZE"] for v in values} == {"4"}
     for value in values[1:]:  # one job: DDP kept every replica equal
         assert torch.equal(value["weight"], values[0]["weight"])
+    # At this process's priority, as a local launch's ranks, not at Ray workers' niceness 15.
+    assert [v["niceness"] for v in values] == [rank_niceness()] * 4
     out = capsys.readouterr().out
     for rank in range(4):
         assert f"[rank{rank}] rank {rank} trained" in out
@@ -83,6 +86,20 @@ def test_a_ddp_job_spans_the_nodes_and_returns_every_rank(capsys):
     assert model.metrics["loss"].last_mean() is not None
     assert all(state.node for state in model.ranks)
     assert len({state.node for state in model.ranks}) == 2
+
+
+def niceness_and_variable() -> tuple[int, str]:
+    return os.nice(0), os.environ["TRAINING_FLAG"]
+
+
+def test_a_niceness_set_for_the_ranks_is_kept_and_their_variables_reach_them():
+    cluster = RayCluster(
+        resources_per_process=SLOTS,
+        runtime_env={"env_vars": {"RAY_worker_niceness": "15", "TRAINING_FLAG": "on"}},
+        timeout=START,
+    )
+    values = on_cluster(niceness_and_variable, cluster=cluster).values
+    assert values == [(min(19, os.nice(0) + 15), "on")] * 2
 
 
 def raise_on_rank_one(folder: str):

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import cloudpickle
 import psutil
-from raycluster import LOOPBACK, NODE_ARGS
+from raycluster import LOOPBACK, NODE_ARGS, START
 
 from notebook_launcher import RayCluster, WorkersFailedError, launch_in_background
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-PAIRED = RayCluster(resources_per_process={"CPU": 1, "pair": 1})
+PAIRED = RayCluster(resources_per_process={"CPU": 1, "pair": 1}, timeout=START)
 
 
 def sleep_on(folder: str):
@@ -73,7 +73,7 @@ def _frozen(node) -> list[psutil.Process]:
 
 
 def test_a_node_that_stops_answering_ends_the_run_within_node_timeout(cluster, tmp_path):
-    watched = RayCluster(resources_per_process={"CPU": 1, "pair": 1}, node_timeout=5)
+    watched = RayCluster(resources_per_process={"CPU": 1, "pair": 1}, node_timeout=5, timeout=START)
     doomed, handle, rank = _running_on_a_new_node(cluster, tmp_path, watched)
     frozen = _frozen(doomed)
     stopped = time.monotonic()

@@ -12,7 +12,7 @@ import time
 
 import cloudpickle
 import pytest
-from raycluster import SLOTS, held_groups, listening, live_actors
+from raycluster import SLOTS, START, held_groups, listening, live_actors
 
 from notebook_launcher import RayCluster, Session, SessionBrokenError
 
@@ -27,7 +27,9 @@ def where() -> tuple[str, int]:
 
 def test_a_session_across_nodes_keeps_its_state_until_a_rank_dies():  # noqa: PLR0915
     before = listening()
-    session = Session(num_processes=4, cluster=RayCluster(resources_per_process=SLOTS), ui="none")
+    session = Session(
+        num_processes=4, cluster=RayCluster(resources_per_process=SLOTS, timeout=START), ui="none"
+    )
     try:
         # The kernel listens for its ranks only: rank 0's actor hosts the job's store.
         assert len(listening() - before) == 1
@@ -88,7 +90,9 @@ KERNEL = """
 import sys, time
 from notebook_launcher import RayCluster, Session
 
-cluster = RayCluster(address=sys.argv[1], resources_per_process={"CPU": 1, "slot": 1})
+cluster = RayCluster(
+    address=sys.argv[1], resources_per_process={"CPU": 1, "slot": 1}, timeout=300
+)
 session = Session(num_processes=2, cluster=cluster, ui="none")
 print("ready", session.exec("1 + 1").values, flush=True)
 time.sleep(600)
@@ -122,7 +126,7 @@ def test_a_killed_kernel_takes_its_session_with_it(cluster):
 def test_a_ddp_model_across_nodes_survives_failures_inside_its_collectives():
     from test_session_collectives import COMMON, FRAMEWORKS, STEP, _same_model_trains_on
 
-    cluster = RayCluster(resources_per_process=SLOTS)
+    cluster = RayCluster(resources_per_process=SLOTS, timeout=START)
     with Session(num_processes=4, cluster=cluster, ui="none", stop_grace=5.0) as session:
         session.exec(COMMON + FRAMEWORKS["torch"] + STEP)
         session.exec("step()")

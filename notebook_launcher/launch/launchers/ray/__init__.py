@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -126,9 +127,11 @@ class ClusterAttempt:
             restart = specs[0].context.restart_count
             self.relay = Relay(ray.util.get_node_ip_address(), secret, restart, self.handles)
             shipped = ray.put(payload)
+            niceness = os.getpriority(os.PRIO_PROCESS, 0)  # the ranks run at the kernel's
             self._modules = modules_imported(payload) if isinstance(payload, bytes) else ()
             for handle in self.handles:
-                handle.actor = self.actor_class.options(**self._options(handle.rank)).remote()
+                options = self._options(handle.rank)
+                handle.actor = self.actor_class.options(**options).remote(niceness)
                 self._checks[handle.actor.check.remote(self._modules)] = handle.rank
                 if specs[0].session:  # commands travel over the rank's socket
                     handle.commands = Commands(handle)
@@ -208,15 +211,29 @@ class ClusterAttempt:
             if any(h.process.known for h in self.handles):
                 return  # a rank that joined already ended: the supervisor reports it
             if time.monotonic() >= deadline:
-                missing = [h.rank for h in self.handles if h.link is None]
-                raise ClusterError(
-                    f"rank {', '.join(map(str, missing))} did not connect to this kernel within "
-                    f"{self.settings.timeout:g} s (listening on "
-                    f"{self.relay.address[0]}:{self.relay.address[1]}): can the nodes reach "
-                    "this kernel at that address? (RayCluster(timeout=...) waits longer)"
-                )
+                raise self._not_connected()
         # Each actor answered before its rank connected: the answers are in, or about to be.
         self._check_nodes(max(deadline, time.monotonic() + CHECK_WAIT), every=True)
+
+    def _not_connected(self) -> ClusterError:
+        """What keeps the ranks that did not connect within the timeout: their actors still
+        starting (they have not answered the environment check), or the way back to the kernel."""
+        missing = [h.rank for h in self.handles if h.link is None]
+        starting = [rank for rank in missing if rank not in self._answers]
+        waited = f"within {self.settings.timeout:g} s"
+        if starting:
+            return ClusterError(
+                f"the actors of rank {', '.join(map(str, starting))} did not start {waited}: "
+                "Ray has not started their worker processes yet (it starts them at niceness "
+                "15, so other busy processes on a node slow them down); RayCluster(timeout=...) "
+                "waits longer"
+            )
+        host, port = self.relay.address
+        return ClusterError(
+            f"rank {', '.join(map(str, missing))} did not connect to this kernel {waited} "
+            f"(listening on {host}:{port}): can the nodes reach this kernel at that address? "
+            "(RayCluster(timeout=...) waits longer)"
+        )
 
     def _check_nodes(self, deadline: float, every: bool = False) -> None:
         """Read the actors' environment checks that came in; a :class:`ClusterError` names each
