@@ -8,6 +8,7 @@ import sys
 import time
 
 import cloudpickle
+from raycluster import START
 
 from notebook_launcher import LaunchPanel, RayCluster, log
 
@@ -23,14 +24,16 @@ def where_am_i(steps: int):
 
 
 def test_the_panel_launches_on_the_cluster_and_its_ranks_span_both_nodes(cluster):
-    panel = LaunchPanel(where_am_i, args=(3,), num_processes=2, max_processes=2)
+    # Opened on a cluster for its timeout (kept by the form); the rest is set in the form.
+    given = RayCluster(timeout=START)
+    panel = LaunchPanel(where_am_i, args=(3,), num_processes=2, max_processes=2, cluster=given)
     panel.where.value = "Ray cluster"
     panel.num_processes.value = 4
     panel.address.value = cluster.address
     panel.cpus.value = 1
     panel.custom_resources.value = "slot=1"  # 2 per node: the ranks fill both nodes
     assert panel.settings().cluster == RayCluster(
-        address=cluster.address, resources_per_process={"CPU": 1, "slot": 1}
+        address=cluster.address, resources_per_process={"CPU": 1, "slot": 1}, timeout=START
     )
     assert f"Ray cluster (address {cluster.address}), 4 ranks × {{CPU: 1, slot: 1}}" in (
         panel.plan.value
@@ -38,7 +41,7 @@ def test_the_panel_launches_on_the_cluster_and_its_ranks_span_both_nodes(cluster
     panel.launch_button.click()
     handle = panel.handle
     assert handle is not None and panel.runs.children == (handle.view.widget,)
-    values = handle.wait(180).values
+    values = handle.wait(START + 60).values
     assert [value["rank"] for value in values] == [0, 1, 2, 3]
     nodes = [value["node"] for value in values]
     assert len(set(nodes)) == 2 and nodes[0] == nodes[1] and nodes[2] == nodes[3]
