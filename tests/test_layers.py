@@ -380,7 +380,7 @@ def test_a_rank_loads_no_kernel_side_module():
     assert not _parts(loaded) & {"data", "accelerator"}  # not asked for, not loaded
 
 
-def test_every_public_name_is_found_where_the_stub_says():
+def test_every_public_name_is_found_where_its_exports_table_says():
     import importlib
 
     import notebook_launcher
