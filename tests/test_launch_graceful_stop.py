@@ -13,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from notebook_launcher import LaunchTimeoutError, PartialState, notebook_launcher
+from notebook_launcher import (
+    LaunchTimeoutError,
+    PartialState,
+    WorkersFailedError,
+    notebook_launcher,
+)
 
 SANITY_LIMIT = 10.0  # seconds for a whole stop; generous, not a performance target
 
@@ -144,6 +149,24 @@ def test_a_rank_stopped_once_its_function_ended_leaves_quietly(tmp_path, capsys,
         assert 1 in _marks(tmp_path, "left")
     shown = capsys.readouterr()
     assert "Traceback" not in shown.err and "RankStopped" not in shown.err, shown.err
+
+
+def stopped_by_someone_else(folder):
+    try:
+        if PartialState().process_index == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # as `kill`, a scheduler or a node shutting down
+        time.sleep(3600)
+    finally:
+        _mark(folder, "finally")
+
+
+def test_a_stop_signal_the_launcher_did_not_send_is_named_as_such(tmp_path):
+    with pytest.raises(WorkersFailedError) as raised:
+        notebook_launcher(stopped_by_someone_else, args=(str(tmp_path),), num_processes=2)
+    text = str(raised.value)
+    assert "rank 1 " in text and "SIGTERM the launcher did not send" in text, text
+    assert "Stopped because of this failure: rank 0" in text
+    assert _marks(tmp_path, "finally") == {0, 1}  # both still ran their clean-up
 
 
 @pytest.mark.parametrize("value", [0, -1, 61, float("nan"), None, "3", True])

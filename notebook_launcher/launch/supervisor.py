@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -208,11 +209,28 @@ class Supervisor:
             node=handle.node,
         )
         if handle.failed is not None:
-            return WorkerFailure.from_event(handle.failed, **known)
+            failure = WorkerFailure.from_event(handle.failed, **known)
+            if handle.stopped_from_outside:
+                return self._stopped_from_outside(handle, failure)
+            return failure
         # Died without a word: the crash report stands in for a traceback.
         crash = "\n".join(trim_kernel_frames(self.sink.crash_report(handle.rank)))
         return WorkerFailure(
             rank=handle.rank, exc_type=None, message=self._death(handle), traceback=crash, **known
+        )
+
+    def _stopped_from_outside(self, handle: WorkerHandle, failure: WorkerFailure) -> WorkerFailure:
+        """A rank that reported the stop signal this kernel never sent it: what the launcher
+        knows of its end (a lost node, whose shutdown sent it) or who else may have sent it."""
+        told = handle.outside_stop()
+        if told is not None:
+            return dataclasses.replace(failure, exc_type=None, message=told, payload=None)
+        return dataclasses.replace(
+            failure,
+            message=(
+                "this rank got a SIGTERM the launcher did not send: another process or the "
+                "system stopped it (kill, a job scheduler, a container or node shutting down)"
+            ),
         )
 
     def _death(self, handle: WorkerHandle) -> str:

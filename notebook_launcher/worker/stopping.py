@@ -19,11 +19,12 @@ import atexit
 import signal
 from typing import Any
 
-from ..protocol.names import STOP_SIGNAL
+from ..protocol.names import STOP_SIGNAL, STOPPED
 
 
 class RankStopped(KeyboardInterrupt):
-    """The launcher stopped this rank (raised in its main thread on the stop signal)."""
+    """The stop signal reached this rank (raised in its main thread). The kernel knows whether
+    it sent it; a SIGTERM from elsewhere (a node shutting down, ``kill``) reads the same here."""
 
 
 _leaving = False  # the user's function has ended: a stop no longer raises
@@ -36,7 +37,7 @@ def _stop(signum: int, frame: Any) -> None:
     signal.signal(STOP_SIGNAL, signal.SIG_IGN)
     _requested = True
     if not _leaving:
-        raise RankStopped("the launcher stopped this rank (SIGTERM)")
+        raise RankStopped(STOPPED)
 
 
 def stop_on_signal() -> None:

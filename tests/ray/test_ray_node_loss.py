@@ -24,6 +24,7 @@ def sleep_on(folder: str):
     import ray
 
     node = ray.get_runtime_context().get_node_id()
+    Path(folder, f"pid{os.environ['RANK']}").write_text(str(os.getpid()))
     Path(folder, f"ready{os.environ['RANK']}").write_text(node)
     time.sleep(120)
 
@@ -60,6 +61,22 @@ def test_a_lost_node_ends_the_run_naming_it(cluster, tmp_path):
     assert f"with rank {rank} on it" in text
     assert f"Stopped because of this failure: rank {1 - rank}" in text
     print(f"node removed to error: {took:.2f} s")
+
+
+def test_a_node_that_stops_its_ranks_as_it_leaves_is_named_lost(cluster, tmp_path):
+    """A node shut down on purpose (preempted, scaled down) sends its processes SIGTERM before it
+    goes: the rank reports the stop it got, and the error still says its node left."""
+    doomed, handle, rank = _running_on_a_new_node(cluster, tmp_path, PAIRED)
+    os.kill(int((tmp_path / f"pid{rank}").read_text()), signal.SIGTERM)
+    cluster.remove_node(doomed)
+    deadline = time.monotonic() + 60
+    while not handle.done:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    text = str(handle.exception)
+    assert isinstance(handle.exception, WorkersFailedError)
+    assert f"rank {rank} " in text and "its node was lost" in text, text
+    assert doomed.node_id in text and "SIGTERM the launcher did not send" not in text
 
 
 def _frozen(node) -> list[psutil.Process]:

@@ -35,6 +35,7 @@ class WorkerHandle:
     pid: int | None = None
     result: Received | None = None  # the rank's return value, once it returned
     failed: Any = None  # the WorkerFailed event, if one arrived
+    stopped_from_outside: bool = False  # it failed on a stop signal the launcher had not sent
     exitcode: int | None = None
     last_alive: float = 0.0  # the kernel's monotonic time of its last sign of life
     finished_at: float | None = None  # when the kernel learnt that the function returned
@@ -71,6 +72,11 @@ class WorkerHandle:
     def death(self) -> str | None:
         """Why the process ended without a word, where the launcher knows more than its exit
         code (a lost node); None otherwise."""
+        return None
+
+    def outside_stop(self) -> str | None:
+        """Why the rank got a stop signal the launcher did not send, where the launcher can tell
+        (its node was shutting down); None otherwise."""
         return None
 
     @property

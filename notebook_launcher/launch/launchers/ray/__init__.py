@@ -335,17 +335,9 @@ class ClusterAttempt:
         if handle.rank in self._killed:
             return None
         text = str(error)
-        node_id = self.placement.node_ids[handle.rank]
-        node = next((n for n in self._nodes() if n.get("NodeID") == node_id), {})
-        if NODE_LOST in text or node.get("Alive") is False:
-            ranks = self.placement.ranks_on(node_id)
-            address = self.placement.addresses.get(node_id, "?")
-            why = node.get("DeathReasonMessage") or _after(text, NODE_LOST)
-            return (
-                f"its node was lost: {handle.node.split(',')[0]} (address {address}, Ray node "
-                f"{node_id}) left the cluster{f' ({why})' if why else ''}, with rank "
-                f"{', '.join(map(str, ranks))} on it; the other ranks were stopped"
-            )
+        lost = self.lost_node(handle, text)
+        if lost is not None:
+            return lost
         if "No module named" in text or getattr(error, "actor_init_failed", False):
             return (
                 f"its Ray actor could not start: {first_lines(error)}. notebook_launcher and "
@@ -353,6 +345,24 @@ class ClusterAttempt:
                 "RayCluster(runtime_env={'py_modules': [...]} or {'pip': [...]}))"
             )
         return f"its Ray actor died: {first_lines(error)}"
+
+    def lost_node(self, handle: RemoteHandle, text: str = "") -> str | None:
+        """Why the rank ended if its node left the cluster (Ray's error ``text`` says so, or the
+        cluster shows the node dead); None while the node is alive."""
+        if self.placement is None:
+            return None
+        node_id = self.placement.node_ids[handle.rank]
+        node = next((n for n in self._nodes() if n.get("NodeID") == node_id), {})
+        if NODE_LOST not in text and node.get("Alive") is not False:
+            return None
+        ranks = self.placement.ranks_on(node_id)
+        address = self.placement.addresses.get(node_id, "?")
+        why = node.get("DeathReasonMessage") or _after(text, NODE_LOST)
+        return (
+            f"its node was lost: {handle.node.split(',')[0]} (address {address}, Ray node "
+            f"{node_id}) left the cluster{f' ({why})' if why else ''}, with rank "
+            f"{', '.join(map(str, ranks))} on it; the other ranks were stopped"
+        )
 
     def _nodes(self) -> list[dict]:
         try:

@@ -29,6 +29,7 @@ from ..base import WorkerHandle
 logger = logging.getLogger(__name__)
 EOF_WAIT = 1.0  # seconds a rank's socket may stay open after Ray reported its end
 ACCEPT_BACKLOG = 256
+NODE_SETTLE = 2.0  # seconds a node that sent its ranks SIGTERM may take to show as gone
 
 
 class RemoteProcess:
@@ -175,7 +176,19 @@ class RemoteHandle(WorkerHandle):
         return results.receive(payload)
 
     def death(self) -> str | None:
-        return self.process.death
+        # A rank killed while its node went down (the kernel's teardown came first) is told by
+        # the node's state, not by its end.
+        return self.process.death or self.attempt.lost_node(self)
+
+    def outside_stop(self) -> str | None:
+        # A node shutting down sends its processes SIGTERM before it leaves: the cluster shows
+        # it dead moments later.
+        end = time.monotonic() + NODE_SETTLE
+        while True:
+            lost = self.death()
+            if lost is not None or time.monotonic() >= end:
+                return lost
+            time.sleep(0.05)
 
     def close(self) -> None:
         super().close()
