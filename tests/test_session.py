@@ -199,6 +199,34 @@ def test_a_rank_that_dies_between_calls_is_noticed_without_a_call(session):
         session.run(all_reduced, 1.0)
 
 
+@pytest.mark.parametrize("when", ["in a call", "between calls"])
+def test_a_rank_sent_sigterm_by_someone_else_leaves_and_the_session_says_so(session, when):
+    """A scheduler, ``kill`` or a container shutting down asks a rank to end: it leaves (its clean-up
+    runs) and the session is broken, naming a SIGTERM the launcher did not send."""
+    pid = session.exec("os.getpid()").values[1]
+    if when == "in a call":
+        with pytest.raises(SessionBrokenError, match="rank 1") as info:
+            session.exec(
+                "try:\n    if rank == 1:\n        os.kill(os.getpid(), 15)\n    dist.barrier()\n"
+                "finally:\n    print('clean-up ran')\n"
+            )
+        text = str(info.value)
+    else:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while session.state == "alive" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with pytest.raises(SessionBrokenError) as info:
+            session.exec("rank")
+        text = str(info.value)
+    assert "SIGTERM the launcher did not send" in text, text
+    assert session.state == "broken"
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+    session.restart()
+    session.exec(SETUP)
+    assert session.run(all_reduced, 1.0).values == [2.0, 2.0]
+
+
 def test_one_launch_or_session_at_a_time(session):
     with pytest.raises(LaunchBusyError, match="session of 2 processes.*close"):
         notebook_launcher(all_reduced, args=(1.0,), num_processes=2)

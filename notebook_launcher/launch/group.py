@@ -162,10 +162,8 @@ class WorkerGroup:
             handle.finished_at = self.clock()
         elif status is RankStatus.FAILED and handle.status.active:
             handle.failed = event if not isinstance(event, WorkerExited) else None
-            handle.stopped_from_outside = (
-                getattr(event, "exc_type", None) == names.STOPPED_TYPE
-                and handle not in self._signalled
-            )
+        if getattr(event, "exc_type", None) == names.STOPPED_TYPE and handle not in self._signalled:
+            handle.stopped_from_outside = True  # (a session's rank between calls, too)
         handle.status = status
         self.publish(event)
 

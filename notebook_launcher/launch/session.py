@@ -42,6 +42,7 @@ from .session_errors import RESTART_HINT, broken_text
 from .settings import DEFAULTS as D
 from .settings import LaunchSettings
 from .signals import interrupts_deferred
+from .supervisor import OUTSIDE_STOP
 
 START_TIMEOUT = 300.0  # default seconds for the workers to start and form the group
 CLOSE_WAIT = 10.0  # seconds closed workers get to leave before they are stopped
@@ -477,6 +478,8 @@ class Session:
                 if dead:
                     handle = dead[0]
                     why = f"rank {handle.rank} died (exit code {handle.exitcode})"
+                    if handle.stopped_from_outside:
+                        why += f": {handle.outside_stop() or OUTSIDE_STOP}"
                     group.sink.notice(
                         f"notebook_launcher: {why}; the session is broken: {RESTART_HINT}"
                     )

@@ -20,6 +20,10 @@ from .output import OutputSink
 from .stacks import trim_kernel_frames
 from .watchdogs import DEADLOCK_AFTER, DeadlockWatchdog, StallWatchdog, TimeoutWatchdog, Verdict
 
+OUTSIDE_STOP = (
+    "this rank got a SIGTERM the launcher did not send: another process or the system stopped it "
+    "(kill, a job scheduler, a container or node shutting down)"
+)
 EXIT_GRACE = 1.0  # how long a rank that reported its failure or result may take to exit
 TICK_EVERY = 0.1  # seconds between the ticks listeners get while the run goes on
 FIRST_SAMPLE = SAMPLE_EVERY  # seconds into a run before the ranks' resource use is sampled
@@ -225,13 +229,7 @@ class Supervisor:
         told = handle.outside_stop()
         if told is not None:
             return dataclasses.replace(failure, exc_type=None, message=told, payload=None)
-        return dataclasses.replace(
-            failure,
-            message=(
-                "this rank got a SIGTERM the launcher did not send: another process or the "
-                "system stopped it (kill, a job scheduler, a container or node shutting down)"
-            ),
-        )
+        return dataclasses.replace(failure, message=OUTSIDE_STOP)
 
     def _death(self, handle: WorkerHandle) -> str:
         """Why a rank's process ended without returning or raising, as far as can be told."""

@@ -28,6 +28,7 @@ from ..protocol.context import current_context
 from ..protocol.events import EventBatch
 from ..protocol.session import CellInterrupted, Command, RankBusy, RankIdle
 from ..state import PartialState
+from . import stopping
 from .regroup import GroupSockets, held_models, rebind
 from .reporting import failure_event, flush_streams, result_event, send_live
 
@@ -103,6 +104,9 @@ def serve() -> None:
             value = _perform(command, namespace, staged)
             _phase = IDLE
             event = result_event(rank, value, owner)
+        except stopping.RankStopped:  # asked to end: the rank leaves, reporting why
+            _phase = IDLE
+            raise
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the kernel
             _phase = IDLE
             if isinstance(exc, SystemExit) and exc.code in (None, 0):
