@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 STACK_DUMP_SIGNAL = signal.SIGUSR1  # a worker writes every thread's Python stack to stderr
 # The kernel's request to stop: a worker raises KeyboardInterrupt, so its clean-up code runs.
 STOP_SIGNAL = signal.SIGTERM
-STOPPED = "this rank got the stop signal (SIGTERM)"  # RankStopped's message, as the kernel reads it
+STOPPED = "this rank got the stop signal (SIGTERM)"  # the message of the RankStopped it raises
 STOPPED_TYPE = "notebook_launcher.worker.stopping.RankStopped"
 
 # "module:function" of each process the kernel starts.
