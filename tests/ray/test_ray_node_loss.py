@@ -7,14 +7,22 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
 import cloudpickle
 import psutil
+import pytest
 from raycluster import LOOPBACK, NODE_ARGS, START
 
-from notebook_launcher import RayCluster, WorkersFailedError, launch_in_background
+from notebook_launcher import (
+    RayCluster,
+    Session,
+    SessionBrokenError,
+    WorkersFailedError,
+    launch_in_background,
+)
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 PAIRED = RayCluster(resources_per_process={"CPU": 1, "pair": 1}, timeout=START)
@@ -77,6 +85,40 @@ def test_a_node_that_stops_its_ranks_as_it_leaves_is_named_lost(cluster, tmp_pat
     assert isinstance(handle.exception, WorkersFailedError)
     assert f"rank {rank} " in text and "its node was lost" in text, text
     assert doomed.node_id in text and "SIGTERM the launcher did not send" not in text
+
+
+def _on(node_id: str) -> int:
+    import ray
+
+    return int(ray.get_runtime_context().get_node_id() == node_id)
+
+
+def test_a_node_shut_down_during_a_session_call_breaks_the_session_naming_it(cluster):
+    doomed = cluster.add_node(**NODE_ARGS, resources={"slot": 2, "pair": 1})
+    cluster.wait_for_nodes()
+    session = Session(num_processes=2, cluster=PAIRED, ui="none")
+    try:
+        on_doomed = session.run(_on, doomed.node_id).values
+        rank = on_doomed.index(1)
+        pid = session.exec("import os, time\nos.getpid()").values[rank]
+
+        def shut_down():  # as a preempted or scaled-down node does: SIGTERM, then gone
+            os.kill(pid, signal.SIGTERM)
+            cluster.remove_node(doomed)
+
+        timer = threading.Timer(1.0, shut_down)
+        timer.start()
+        try:
+            with pytest.raises(SessionBrokenError) as info:
+                session.exec("time.sleep(60)")
+        finally:
+            timer.join()
+        text = str(info.value)
+        assert f"rank {rank} of the session died" in text and "its node was lost" in text, text
+        assert doomed.node_id in text
+        assert session.state == "broken"
+    finally:
+        session.close()
 
 
 def _frozen(node) -> list[psutil.Process]:
