@@ -29,7 +29,7 @@ from .plan import LaunchPlan
 from .session_errors import RESTART_HINT, call_failed, outcome_text, with_outcome
 from .signals import InterruptFlag, interrupts_noted
 from .stacks import where_ranks_were
-from .supervisor import EXIT_GRACE, Supervisor, failure_order
+from .supervisor import EXIT_GRACE, Supervisor
 from .watchdogs import TimeoutWatchdog, Verdict
 
 SETTLE = 0.3  # seconds the other ranks get to end a failed call before the group is re-formed
@@ -113,9 +113,7 @@ class CallSupervisor(Supervisor):
         raise verdict.error
 
     def _failed(self) -> BaseException:
-        self.group.pump(0)  # whatever else already arrived decides which failure came first
-        failed = self.group.with_status(RankStatus.FAILED)
-        primary = min(failed, key=failure_order)
+        primary = self._primary()
         if primary.stopped_from_outside:  # a rank asked to end by someone else leaves the job
             self.group.await_exits([primary], EXIT_GRACE)
         if primary.exited:

@@ -24,6 +24,7 @@ OUTSIDE_STOP = (
     "this rank got a SIGTERM the launcher did not send: another process or the system stopped it "
     "(kill, a job scheduler, a container or node shutting down)"
 )
+DEATH_NOTICE = 5.0  # seconds a blamed secondary failure waits for a dying peer's end to be known
 EXIT_GRACE = 1.0  # how long a rank that reported its failure or result may take to exit
 TICK_EVERY = 0.1  # seconds between the ticks listeners get while the run goes on
 FIRST_SAMPLE = SAMPLE_EVERY  # seconds into a run before the ranks' resource use is sampled
@@ -179,9 +180,7 @@ class Supervisor:
 
     def _fail_fast(self) -> tuple[BaseException, WorkerFailure]:
         group = self.group
-        group.pump(0)  # whatever else already arrived decides which failure came first
-        failed = group.with_status(RankStatus.FAILED)
-        primary = min(failed, key=failure_order)
+        primary = self._primary()
         # Ranks that failed only because the primary did (a closed connection) count as
         # stopped by it too: the panels blame the primary, the report lists them.
         others = [h for h in self.handles if h is not primary and h.status != RankStatus.FINISHED]
@@ -202,6 +201,25 @@ class Supervisor:
             self.sink.notice(f"notebook_launcher: {note}")
             add_note(error, note)
         return error, failure
+
+    def _primary(self) -> WorkerHandle:
+        """The failed rank to blame: the root cause first (see :func:`failure_order`).
+
+        A rank that failed only because a peer's connection closed is blamed only once no peer
+        is still dying unseen: on a cluster the connection of a killed rank closes at once, and
+        Ray tells its end moments later.
+        """
+        group = self.group
+        group.pump(0)  # whatever else already arrived decides which failure came first
+        primary = min(group.with_status(RankStatus.FAILED), key=failure_order)
+        end = self.clock() + DEATH_NOTICE
+        while failure_order(primary)[0] and any(h.ending() for h in self.handles):
+            left = end - self.clock()
+            if left <= 0:
+                break
+            group.pump(min(left, 0.05))
+            primary = min(group.with_status(RankStatus.FAILED), key=failure_order)
+        return primary
 
     def _describe(self, handle: WorkerHandle) -> WorkerFailure:
         known = dict(

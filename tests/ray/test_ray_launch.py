@@ -23,6 +23,7 @@ from notebook_launcher import (
     ClusterError,
     PartialState,
     RayCluster,
+    WorkersFailedError,
     WorkerStalledError,
     launch_in_background,
     log,
@@ -117,6 +118,27 @@ def test_a_raising_rank_raises_its_own_exception_naming_rank_and_node(tmp_path):
     assert "rank 1" in notes and "127.0.0.1" in notes and "Ray node" in notes
     assert "Stopped because of this failure: rank 0, 2, 3" in notes
     print(f"raise to exception: {after:.3f} s")
+
+
+def killed_in_a_collective():
+    state = PartialState()
+    total = torch.ones(1)
+    torch.distributed.all_reduce(total)
+    if state.process_index == 3:
+        time.sleep(0.5)  # the others wait in the next all_reduce
+        os.kill(os.getpid(), signal.SIGKILL)
+    torch.distributed.all_reduce(total)
+
+
+def test_a_rank_killed_in_a_collective_is_the_one_named():
+    """The peers' "connection closed" comes over their sockets before Ray reports the killed
+    rank's end: the error must still name the dead rank, not a peer that lost it."""
+    for _ in range(2):  # the order in which the kernel learns both varies from run to run
+        with pytest.raises(WorkersFailedError) as caught:
+            on_cluster(killed_in_a_collective, num_processes=4)
+        text = str(caught.value)
+        assert text.startswith("rank 3 ") and "died" in text, text
+        assert "Stopped because of this failure: rank 0, 1, 2" in text
 
 
 def fail_first_attempt():

@@ -86,6 +86,19 @@ def test_a_session_across_nodes_keeps_its_state_until_a_rank_dies():  # noqa: PL
     assert session.state == "closed"
 
 
+def test_a_rank_killed_in_a_collective_breaks_the_session_naming_it():
+    cluster = RayCluster(resources_per_process=SLOTS, timeout=START)
+    with Session(num_processes=4, cluster=cluster, ui="none") as session:
+        session.exec("import os, time, torch.distributed as dist\nrank = dist.get_rank()")
+        with pytest.raises(SessionBrokenError) as caught:
+            session.exec(
+                "if rank == 3:\n    time.sleep(0.5)\n    os.kill(os.getpid(), 9)\ndist.barrier()"
+            )
+        text = str(caught.value)
+        assert "rank 3 of the session died" in text, text
+        assert session.state == "broken"
+
+
 KERNEL = """
 import sys, time
 from notebook_launcher import RayCluster, Session

@@ -74,6 +74,11 @@ class WorkerHandle:
         code (a lost node); None otherwise."""
         return None
 
+    def ending(self) -> bool:
+        """Whether the worker is going (its connections closed) and its exit is not known yet:
+        never here, where the process's end is seen at once."""
+        return False
+
     def outside_stop(self) -> str | None:
         """Why the rank got a stop signal the launcher did not send, where the launcher can tell
         (its node was shutting down); None otherwise."""

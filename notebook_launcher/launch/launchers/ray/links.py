@@ -65,6 +65,12 @@ class RemoteProcess:
         """Whether Ray has reported how the run ended."""
         return self._outcome is not None
 
+    @property
+    def ending(self) -> bool:
+        """Its socket closed, and Ray has not reported the end of its run yet (a process that
+        died: Ray tells moments later)."""
+        return self._disconnected and not self._done.is_set()
+
     def connected(self) -> None:
         with self._lock:
             self._connected = True
@@ -179,6 +185,9 @@ class RemoteHandle(WorkerHandle):
         # A rank killed while its node went down (the kernel's teardown came first) is told by
         # the node's state, not by its end.
         return self.process.death or self.attempt.lost_node(self)
+
+    def ending(self) -> bool:
+        return self.process.ending
 
     def outside_stop(self) -> str | None:
         # A node shutting down sends its processes SIGTERM before it leaves: the cluster shows
