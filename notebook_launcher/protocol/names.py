@@ -20,8 +20,7 @@ logger = logging.getLogger(__name__)
 STACK_DUMP_SIGNAL = signal.SIGUSR1  # a worker writes every thread's Python stack to stderr
 # The kernel's request to stop: a worker raises KeyboardInterrupt, so its clean-up code runs.
 STOP_SIGNAL = signal.SIGTERM
-STOPPED = "this rank got the stop signal (SIGTERM)"  # the message of the RankStopped it raises
-STOPPED_TYPE = "notebook_launcher.worker.stopping.RankStopped"
+STOPPED_TYPE = "notebook_launcher.worker.stopping.RankStopped"  # what a worker raises on it
 
 # "module:function" of each process the kernel starts.
 WORKER_ENTRY = "notebook_launcher.worker.bootstrap:run_worker"

@@ -19,7 +19,7 @@ import atexit
 import signal
 from typing import Any
 
-from ..protocol.names import STOP_SIGNAL, STOPPED
+from ..protocol.names import STOP_SIGNAL
 
 
 class RankStopped(KeyboardInterrupt):
@@ -37,7 +37,7 @@ def _stop(signum: int, frame: Any) -> None:
     signal.signal(STOP_SIGNAL, signal.SIG_IGN)
     _requested = True
     if not _leaving:
-        raise RankStopped(STOPPED)
+        raise RankStopped("this rank got the stop signal (SIGTERM)")
 
 
 def stop_on_signal() -> None:
