@@ -33,10 +33,10 @@ import time
 import torch
 
 from notebook_launcher import PartialState, Session
-from notebook_launcher.launch import session as session_module
-from notebook_launcher.launch import session_calls
+from notebook_launcher.launch.session import calls as session_calls
+from notebook_launcher.launch.session import core as session_module
 from notebook_launcher.protocol import channel as channel_module
-from notebook_launcher.protocol.session import RankIdle
+from notebook_launcher.protocol.session_messages import RankIdle
 from notebook_launcher.worker import session_loop
 
 now = time.monotonic

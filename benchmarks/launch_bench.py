@@ -191,7 +191,7 @@ def serve(launcher):
     import torch.distributed  # noqa: F401 - imported up front, as a notebook would have it
 
     if launcher == "ours":
-        import notebook_launcher  # noqa: F401
+        pass
     elif launcher == "accelerate":
         import accelerate  # noqa: F401
     replies.write(json.dumps({"ready": True}) + "\n")

@@ -57,11 +57,12 @@ def save_marks() -> None:
 
 def install() -> None:
     """Wrap the kernel's and the workers' steps (the workers inherit this by fork)."""
-    from notebook_launcher.launch import api, runner
-    from notebook_launcher.launch.group import WorkerGroup
+    from notebook_launcher.launch import api
     from notebook_launcher.launch.launchers.base import Launcher
     from notebook_launcher.launch.rendezvous.local import LocalAttempt
-    from notebook_launcher.launch.supervisor import Supervisor
+    from notebook_launcher.launch.supervision import runner
+    from notebook_launcher.launch.supervision.group import WorkerGroup
+    from notebook_launcher.launch.supervision.supervisor import Supervisor
     from notebook_launcher.protocol.events import WorkerFinished
     from notebook_launcher.worker import bootstrap, exit_barrier
 

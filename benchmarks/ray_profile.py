@@ -24,7 +24,7 @@ from ray_bench import SLOTS, start_two_nodes, stop  # ray_bench.py's cluster
 
 import notebook_launcher.launch.launchers.ray as ray_launcher
 from notebook_launcher import RayCluster, notebook_launcher
-from notebook_launcher.launch.launchers.ray import links
+from notebook_launcher.launch.launchers.remote import links
 
 marks: dict[str, float] = {}
 

@@ -28,8 +28,8 @@ import torch.distributed as dist
 
 from notebook_launcher import LaunchTimeoutError, PartialState, WorkerStalledError
 from notebook_launcher import notebook_launcher as launch
-from notebook_launcher.launch.planner import plan_launch
-from notebook_launcher.launch.runner import launch as run_plan
+from notebook_launcher.launch.planning.planner import plan_launch
+from notebook_launcher.launch.supervision.runner import launch as run_plan
 from notebook_launcher.ops import reduce
 from notebook_launcher.protocol.events import RankQuiet
 

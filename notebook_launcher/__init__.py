@@ -168,7 +168,7 @@ _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 # In a Jupyter kernel, what the first launch would import starts now, in the background (the
 # check is cheap where no kernel runs: a worker or a script imports nothing for it).
 if "ipykernel" in _sys.modules:
-    from .launch import warmup as _warmup
+    from .launch.processes import warmup as _warmup
 
     if _warmup.in_interactive_kernel():
         _warmup.start_in_background()

@@ -17,9 +17,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .launch.cluster import check_cluster
 from .launch.errors import shown_as_argument_errors
-from .launch.session import Session
+from .launch.launchers.ray.settings import check_cluster
+from .launch.session.core import Session
 from .utils.validation import check_int, check_number
 
 

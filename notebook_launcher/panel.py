@@ -20,11 +20,11 @@ from typing import Any
 
 from .backends import backend_for, launch_backend
 from .launch.background import LaunchHandle, start_in_background
-from .launch.cluster import NOT_ON_A_CLUSTER, PLACEMENTS, RayCluster
 from .launch.launchers import START_METHODS
-from .launch.planner import plan_launch
-from .launch.preflight import check_args, check_function
-from .launch.settings import DEFAULTS, OUTPUT_CHOICES, LaunchSettings
+from .launch.launchers.ray.settings import NOT_ON_A_CLUSTER, PLACEMENTS, RayCluster
+from .launch.planning.planner import plan_launch
+from .launch.planning.preflight import check_args, check_function
+from .launch.planning.settings import DEFAULTS, OUTPUT_CHOICES, LaunchSettings
 from .ui.config_panel import SETTINGS, ConfigPanel
 from .utils.enums import MIXED_PRECISION_CHOICES
 

@@ -12,7 +12,7 @@ import psutil
 import pytest
 from processtree import live_descendants
 
-from notebook_launcher.protocol import names
+from notebook_launcher.protocol import shared_files
 
 
 def pytest_configure(config):
@@ -55,7 +55,7 @@ def no_leaks():
     """Fail the test if it leaves a child process, a listening socket or a shared-memory file."""
     ports_before = listening_ports()
     yield
-    exchange_files = names.leftover_files(os.getpid())
+    exchange_files = shared_files.leftover_files(os.getpid())
     assert not exchange_files, f"shared-memory files left behind: {exchange_files}"
     deadline = time.monotonic() + 2.0
     while live_descendants() and time.monotonic() < deadline:

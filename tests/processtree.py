@@ -8,8 +8,11 @@ import psutil
 
 # Helpers that live as long as the interpreter that started them, not workers: multiprocessing's
 # resource tracker (started on the first spawn) and the shared-memory janitor of a process that
-# started workers (see notebook_launcher/launch/janitor.py), which ends with that process.
-HELPERS = ("resource_tracker", os.path.join("notebook_launcher", "launch", "janitor.py"))
+# started workers (see notebook_launcher/launch/processes/janitor.py), which ends with that process.
+HELPERS = (
+    "resource_tracker",
+    os.path.join("notebook_launcher", "launch", "processes", "janitor.py"),
+)
 
 
 def is_helper(proc: psutil.Process) -> bool:

@@ -13,8 +13,8 @@ import time
 import psutil
 from processtree import is_helper
 
-from notebook_launcher.launch import janitor
-from notebook_launcher.protocol import names
+from notebook_launcher.launch.processes import janitor
+from notebook_launcher.protocol import shared_files
 
 MB = 1 << 20
 PROMISE = 5.0  # seconds after the kill
@@ -38,12 +38,12 @@ WORKER = textwrap.dedent(
 KERNEL = textwrap.dedent(
     f"""
     import os, subprocess, sys, time
-    from notebook_launcher.launch import janitor
-    from notebook_launcher.protocol import names
+    from notebook_launcher.launch.processes import janitor
+    from notebook_launcher.protocol import shared_files
 
     def path(token):
-        owner = names.owner_now(os.getpid())
-        return os.path.join(names.SHARED_MEMORY_DIRECTORY, names.file_name(owner, token))
+        owner = shared_files.owner_now(os.getpid())
+        return os.path.join(shared_files.SHARED_MEMORY_DIRECTORY, shared_files.file_name(owner, token))
 
     worker = subprocess.Popen([sys.executable, "-c", {WORKER!r}, str(os.getpid()), path("late")])
     janitor.watch(worker.pid)
@@ -64,11 +64,11 @@ KERNEL = textwrap.dedent(
 
 
 def files_of(pid: int) -> list[str]:
-    return [n for n in os.listdir(names.SHARED_MEMORY_DIRECTORY) if _named_after(n, pid)]
+    return [n for n in os.listdir(shared_files.SHARED_MEMORY_DIRECTORY) if _named_after(n, pid)]
 
 
 def _named_after(name: str, pid: int) -> bool:
-    owner = names.owner_of(name)
+    owner = shared_files.owner_of(name)
     return owner is not None and owner.pid == pid
 
 
@@ -111,14 +111,14 @@ def test_a_killed_kernels_janitor_removes_its_files_after_its_workers_and_ends()
         if forked is not None and running(forked):
             os.kill(forked, 9)
         for name in files_of(kernel.pid):
-            names.remove(os.path.join(names.SHARED_MEMORY_DIRECTORY, name))
+            shared_files.remove(os.path.join(shared_files.SHARED_MEMORY_DIRECTORY, name))
 
 
 def test_the_janitor_of_a_kernel_that_ends_normally_ends_with_it():
     script = textwrap.dedent(
         """
         import subprocess
-        from notebook_launcher.launch import janitor
+        from notebook_launcher.launch.processes import janitor
         sleeper = subprocess.Popen(["sleep", "0.5"])
         janitor.watch(sleeper.pid)
         sleeper.wait()

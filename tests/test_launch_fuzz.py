@@ -16,8 +16,8 @@ from processtree import live_descendants
 from notebook_launcher import notebook_launcher as launch
 from notebook_launcher import plan_launch
 from notebook_launcher.backends import CpuBackend
-from notebook_launcher.launch.planner import MAX_PROCESSES_ENV
-from notebook_launcher.protocol import names
+from notebook_launcher.launch.planning.planner import MAX_PROCESSES_ENV
+from notebook_launcher.protocol import shared_files
 from notebook_launcher.utils.environment import available_cpu_count, cuda_device_count
 
 HAS_GPU = cuda_device_count() > 0
@@ -120,7 +120,7 @@ def test_fuzzed_settings_launch_or_name_the_parameter(chosen):
         assert result.values == [7] * chosen.get("num_processes", 1)
     assert time.monotonic() - started < 30
     assert not live_descendants(), "a worker outlived its launch"
-    assert not names.leftover_files(os.getpid())
+    assert not shared_files.leftover_files(os.getpid())
 
 
 def test_fuzz_count():

@@ -14,14 +14,14 @@ import torch
 
 from notebook_launcher import LaunchError, PartialState
 from notebook_launcher import notebook_launcher as launch
-from notebook_launcher.protocol import names, results
+from notebook_launcher.protocol import results, shared_files
 
 MB = 1 << 20
 
 
 def result_mappings() -> list[str]:
     """Lines of /proc/self/maps for result files this process mapped (deleted once mapped)."""
-    prefix = f"{names.SHARED_MEMORY_PREFIX}{os.getpid()}-result-"
+    prefix = f"{shared_files.SHARED_MEMORY_PREFIX}{os.getpid()}-result-"
     with open("/proc/self/maps") as maps:
         return [line for line in maps if prefix in line]
 
@@ -60,7 +60,7 @@ def test_large_values_come_back_mapped_from_shared_memory_and_no_file_stays():
     # from a file that is already unlinked; nothing of them is left in /dev/shm.
     mapped = result_mappings()
     assert len(mapped) >= 2 * 4 and all(line.rstrip().endswith("(deleted)") for line in mapped)
-    assert names.leftover_files(os.getpid()) == []
+    assert shared_files.leftover_files(os.getpid()) == []
     del result, value
     import gc
 
@@ -73,13 +73,13 @@ def test_a_large_value_travels_beside_its_pickle_not_inside_it():
     payload = results.dumps({"t": tensor, "n": 1}, os.getpid())
     try:
         assert len(payload) < 4096
-        (path,) = names.leftover_files(os.getpid())
+        (path,) = shared_files.leftover_files(os.getpid())
         assert os.path.getsize(path) == tensor.nbytes
         received = results.receive(payload)
-        assert names.leftover_files(os.getpid()) == []  # unlinked once mapped
+        assert shared_files.leftover_files(os.getpid()) == []  # unlinked once mapped
         value = received.load()
     finally:
-        names.remove_leftovers(os.getpid())
+        shared_files.remove_leftovers(os.getpid())
     assert torch.equal(value["t"], tensor) and value["n"] == 1
     value["t"][0] = 7  # the kernel's copy is its own, writable memory
     assert tensor[0] == 0
@@ -89,7 +89,7 @@ def test_without_a_kernel_pid_everything_travels_inside_the_pickle():
     tensor = torch.ones(MB // 2)  # 2 MB
     payload = results.dumps(tensor)
     assert len(payload) > tensor.nbytes
-    assert names.leftover_files(os.getpid()) == []
+    assert shared_files.leftover_files(os.getpid()) == []
     assert torch.equal(results.receive(payload).load(), tensor)
 
 
@@ -98,13 +98,13 @@ def test_when_shared_memory_cannot_hold_a_piece_it_travels_inside_the_pickle():
     script = textwrap.dedent(
         """
         import os, resource, signal, torch
-        from notebook_launcher.protocol import names, results
+        from notebook_launcher.protocol import results, shared_files
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
         tensor = torch.arange(1 << 20, dtype=torch.float32)  # 4 MB, over the limit
         payload = results.dumps(tensor, os.getpid())
         assert len(payload) > tensor.nbytes, len(payload)
-        assert names.leftover_files(os.getpid()) == []
+        assert shared_files.leftover_files(os.getpid()) == []
         assert torch.equal(results.receive(payload).load(), tensor)
         print("in the pickle")
         """
@@ -128,7 +128,7 @@ def written_then_dead():
 def test_files_of_a_rank_that_died_before_sending_its_result_are_removed():
     with pytest.raises(LaunchError, match="rank 1"):
         launch(written_then_dead, num_processes=2, ui="none")
-    assert names.leftover_files(os.getpid()) == []
+    assert shared_files.leftover_files(os.getpid()) == []
     assert result_mappings() == []
 
 

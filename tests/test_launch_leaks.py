@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from notebook_launcher import notebook_launcher as launch
-from notebook_launcher.protocol import names, results
+from notebook_launcher.protocol import results, shared_files
 
 MB = 1 << 20
 RESULT_MB = 96  # per rank: the kernel's peak is about 6 x this (workers, files, its mappings)
@@ -112,11 +112,13 @@ def free():
 def files_of(pid: int) -> dict[str, int]:
     """The /dev/shm files named after process ``pid``, whatever its start time: bytes held."""
     found = {}
-    for name in os.listdir(names.SHARED_MEMORY_DIRECTORY):
-        owner = names.owner_of(name)
+    for name in os.listdir(shared_files.SHARED_MEMORY_DIRECTORY):
+        owner = shared_files.owner_of(name)
         if owner is not None and owner.pid == pid:
             try:
-                found[name] = os.stat(os.path.join(names.SHARED_MEMORY_DIRECTORY, name)).st_blocks
+                found[name] = os.stat(
+                    os.path.join(shared_files.SHARED_MEMORY_DIRECTORY, name)
+                ).st_blocks
             except FileNotFoundError:
                 continue
     return {name: blocks * 512 for name, blocks in found.items()}
@@ -206,7 +208,7 @@ class Kernel:
             for proc in marked(self.trial):
                 proc.kill()
             for name in files_of(self.pid):
-                names.remove(os.path.join(names.SHARED_MEMORY_DIRECTORY, name))
+                shared_files.remove(os.path.join(shared_files.SHARED_MEMORY_DIRECTORY, name))
             self.stderr.close()
 
 
@@ -278,10 +280,11 @@ def sleeper():
     process.wait(timeout=BOUND)
 
 
-def fake_file(owner: names.Owner, size: int = MB) -> str:
+def fake_file(owner: shared_files.Owner, size: int = MB) -> str:
     """A file in /dev/shm named as a result file of ``owner``, holding ``size`` bytes."""
     path = os.path.join(
-        names.SHARED_MEMORY_DIRECTORY, names.file_name(owner, f"result-{uuid.uuid4().hex[:16]}")
+        shared_files.SHARED_MEMORY_DIRECTORY,
+        shared_files.file_name(owner, f"result-{uuid.uuid4().hex[:16]}"),
     )
     with open(path, "wb") as file:
         file.write(b"\1" * size)
@@ -301,11 +304,11 @@ def made():
     paths: list[str] = []
     yield paths
     for path in paths:
-        names.remove(path)
+        shared_files.remove(path)
 
 
 def test_a_launch_keeps_the_files_of_a_live_kernel_and_reclaims_them_once_it_is_gone(sleeper, made):
-    path = names.shared_memory_path(sleeper.pid, "result-" + uuid.uuid4().hex[:16])
+    path = shared_files.shared_memory_path(sleeper.pid, "result-" + uuid.uuid4().hex[:16])
     with open(path, "wb") as file:
         file.write(b"\1" * MB)
     made.append(path)
@@ -320,20 +323,22 @@ def test_a_launch_keeps_the_files_of_a_live_kernel_and_reclaims_them_once_it_is_
 
 
 def test_a_file_named_for_a_pid_that_another_process_took_since_is_reclaimed(made):
-    me = names.owner_now(os.getpid())  # a live process, as a kernel is
+    me = shared_files.owner_now(os.getpid())  # a live process, as a kernel is
     assert me.start is not None and me.scope is not None
     mine = fake_file(me)
     earlier = fake_file(dataclasses.replace(me, start=me.start - 1))  # that pid's former owner
     made.extend([mine, earlier])
 
-    assert names.reclaim_orphans() >= MB
+    assert shared_files.reclaim_orphans() >= MB
     assert not os.path.exists(earlier)
     assert os.path.exists(mine)
-    assert names.leftover_files(os.getpid()) == [mine]  # the live kernel's helpers still see it
+    assert shared_files.leftover_files(os.getpid()) == [
+        mine
+    ]  # the live kernel's helpers still see it
 
 
 def test_a_killed_kernel_not_yet_reaped_counts_as_gone(sleeper, made):
-    owner = names.owner_now(sleeper.pid)
+    owner = shared_files.owner_now(sleeper.pid)
     path = fake_file(owner)
     made.append(path)
     sleeper.kill()
@@ -342,23 +347,25 @@ def test_a_killed_kernel_not_yet_reaped_counts_as_gone(sleeper, made):
         assert time.monotonic() < deadline
         time.sleep(0.01)
 
-    assert names.process_start(sleeper.pid) is None
-    names.reclaim_orphans()
+    assert shared_files.process_start(sleeper.pid) is None
+    shared_files.reclaim_orphans()
     assert not os.path.exists(path)
 
 
 def test_files_the_launch_cannot_tell_the_owner_of_are_kept(made):
-    dead = names.owner_now(gone_pid())
+    dead = shared_files.owner_now(gone_pid())
     other_namespaces = dataclasses.replace(dead, start=1, scope="1.1")  # a container's, say
-    without_start = names.Owner(dead.pid)  # /proc could not tell when it was written
+    without_start = shared_files.Owner(dead.pid)  # /proc could not tell when it was written
     paths = [fake_file(other_namespaces), fake_file(without_start)]
     made.extend(paths)
-    stranger = os.path.join(names.SHARED_MEMORY_DIRECTORY, f"{names.SHARED_MEMORY_PREFIX}x-y")
+    stranger = os.path.join(
+        shared_files.SHARED_MEMORY_DIRECTORY, f"{shared_files.SHARED_MEMORY_PREFIX}x-y"
+    )
     with open(stranger, "wb"):
         pass
     made.append(stranger)
 
-    names.reclaim_orphans()
+    shared_files.reclaim_orphans()
     assert all(os.path.exists(path) for path in paths + [stranger])
 
 

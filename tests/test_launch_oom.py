@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from notebook_launcher import PartialState, WorkersFailedError, notebook_launcher
-from notebook_launcher.launch.oom import killed_for_memory, memory_text, oom_kills
+from notebook_launcher.launch.supervision.oom import killed_for_memory, memory_text, oom_kills
 
 LIMIT = 300 << 20  # bytes the rank may use before the kernel kills it
 

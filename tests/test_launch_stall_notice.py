@@ -9,7 +9,7 @@ import threading
 import time
 
 from notebook_launcher import notebook_launcher, plan_launch
-from notebook_launcher.launch.runner import launch
+from notebook_launcher.launch.supervision.runner import launch
 from notebook_launcher.protocol.events import OutputLine, RankQuiet, SupervisorTick
 from notebook_launcher.protocol.names import STACK_DUMP_SIGNAL
 from notebook_launcher.ui.model import RunModel

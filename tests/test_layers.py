@@ -115,7 +115,7 @@ def _walk(node: ast.AST, top: bool = True):
 # module names (read likewise, as imports made when a name is first asked for).
 DYNAMIC = {
     "notebook_launcher.protocol.names": "a worker's entry point, named by the kernel as torchrun names a script",
-    "notebook_launcher.launch.warmup": "the worker's entry module, imported early so forks inherit it",
+    "notebook_launcher.launch.processes.warmup": "the worker's entry module, imported early so forks inherit it",
     "notebook_launcher.worker.torchrun": "the user's training module",
     "notebook_launcher.integrations.lightning_trainer": "the Lightning package in use",
     "notebook_launcher.utils.lazy": "a facade's names, from its _EXPORTS table (read there)",
@@ -371,7 +371,7 @@ def _parts(modules: set[str]) -> set[str]:
 def test_a_rank_loads_no_kernel_side_module():
     # What a rank started by spawn or on a Ray node imports, then what a training function asks for.
     loaded = _loaded_after(
-        "import notebook_launcher.worker.bootstrap, notebook_launcher.worker.remote\n"
+        "import notebook_launcher.worker.bootstrap, notebook_launcher.worker.remote_rank\n"
         "from notebook_launcher import PartialState, gather, log\n"
         "PartialState"
     )

@@ -13,8 +13,12 @@ import cloudpickle
 import numpy as np
 import torch
 
-from notebook_launcher.launch.launchers.ray.environment import NodeProblem, compare, report
-from notebook_launcher.protocol.environment import NodeEnvironment, describe_node, modules_imported
+from notebook_launcher.launch.launchers.ray.node_check import NodeProblem, compare, report
+from notebook_launcher.protocol.node_environment import (
+    NodeEnvironment,
+    describe_node,
+    modules_imported,
+)
 
 
 def _own_module(tmp_path, name: str) -> types.ModuleType:

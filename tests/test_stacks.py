@@ -6,7 +6,7 @@ import faulthandler
 import tempfile
 import threading
 
-from notebook_launcher.launch.stacks import locate, trim_kernel_frames, where_ranks_were
+from notebook_launcher.launch.supervision.stacks import locate, trim_kernel_frames, where_ranks_were
 
 DUMP = """\
 Thread 0x00007f0000000001 (most recent call first):

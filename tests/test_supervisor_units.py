@@ -10,10 +10,15 @@ from dataclasses import dataclass, field
 import pytest
 
 from notebook_launcher.launch.errors import DeadlockError, LaunchTimeoutError, WorkerStalledError
-from notebook_launcher.launch.group import WorkerGroup
 from notebook_launcher.launch.launchers import WorkerHandle
-from notebook_launcher.launch.liveness import WORK_CPU_SHARE, Usage, WorkMeter, stack_signature
-from notebook_launcher.launch.watchdogs import (
+from notebook_launcher.launch.supervision.group import WorkerGroup
+from notebook_launcher.launch.supervision.liveness import (
+    WORK_CPU_SHARE,
+    Usage,
+    WorkMeter,
+    stack_signature,
+)
+from notebook_launcher.launch.supervision.watchdogs import (
     DEADLOCK_RECHECK,
     DeadlockWatchdog,
     StallWatchdog,

@@ -54,7 +54,7 @@ from typing import Any
 
 import torch
 
-from ..protocol.names import SHARED_MEMORY_DIRECTORY, create_file, remove
+from ..protocol.shared_files import SHARED_MEMORY_DIRECTORY, create_file, remove
 from ..utils.validation import check_int, check_number, invalid
 
 ENV_SWITCH = "NOTEBOOK_LAUNCHER_SHARED_MEMORY"

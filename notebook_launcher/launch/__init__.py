@@ -2,8 +2,8 @@
 
 from .api import debug_launcher, notebook_launcher
 from .background import LaunchHandle, launch_in_background
-from .cluster import RayCluster
 from .errors import (
+    ClusterError,
     DeadlockError,
     LaunchBusyError,
     LaunchError,
@@ -19,12 +19,12 @@ from .errors import (
     WorkersNotStartedError,
     WorkerStalledError,
 )
-from .launchers.ray import ClusterError
-from .plan import LaunchPlan
-from .planner import plan_launch
+from .launchers.ray.settings import RayCluster
+from .planning.plan import LaunchPlan
+from .planning.planner import plan_launch
+from .planning.settings import LaunchSettings
 from .result import LaunchResult
 from .session import Session
-from .settings import LaunchSettings
 
 __all__ = [
     "Session",

@@ -9,14 +9,14 @@ from typing import Any
 
 from ..backends import CpuBackend
 from ..ui import RunPanel, create_view
-from . import exclusive
 from .errors import shown_as_argument_errors
-from .planner import plan_launch
-from .preflight import check_args, check_function, run_preflight
+from .planning import exclusive
+from .planning.planner import plan_launch
+from .planning.preflight import check_args, check_function, run_preflight
+from .planning.settings import DEFAULTS as D
+from .planning.settings import LaunchSettings
 from .result import LaunchResult
-from .runner import launch
-from .settings import DEFAULTS as D
-from .settings import LaunchSettings
+from .supervision.runner import launch
 
 
 def notebook_launcher(

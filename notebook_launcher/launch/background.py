@@ -15,14 +15,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..ui import RunPanel, create_view
-from . import exclusive
 from .errors import LaunchStoppedError, shown_as_argument_errors
-from .plan import LaunchPlan
-from .planner import plan_launch
-from .preflight import check_args, check_function, run_preflight
+from .planning import exclusive
+from .planning.plan import LaunchPlan
+from .planning.planner import plan_launch
+from .planning.preflight import check_args, check_function, run_preflight
+from .planning.settings import LaunchSettings
 from .result import LaunchResult
-from .runner import launch
-from .settings import LaunchSettings
+from .supervision.runner import launch
 
 EXIT_STOP_WAIT = 5.0  # seconds an exiting interpreter waits for each run it stops
 _running: weakref.WeakSet[LaunchHandle] = weakref.WeakSet()

@@ -27,6 +27,11 @@ class LaunchError(RuntimeError):
         return render_traceback(self, str(self))
 
 
+class ClusterError(LaunchError):
+    """The cluster cannot run the launch: it cannot hold every rank, or a rank's actor could
+    not start (the message says what was asked, what the cluster has, and what to do)."""
+
+
 class PreflightError(LaunchError):
     """A check before starting any worker found a problem; the message says how to fix it."""
 

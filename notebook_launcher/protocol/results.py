@@ -5,7 +5,7 @@ storage and of every large out-of-band pickle buffer (NumPy arrays) are written 
 shared-memory file, and the kernel maps that file as the memory of the tensor or array it hands
 back. The kernel never holds a second copy: no pickled bytes of the data, no copy out of them.
 
-The files are named after the kernel (see :mod:`.names`), so the kernel removes those it never
+The files are named after the kernel (see :mod:`.shared_files`), so the kernel removes those it never
 received when the launch ends, and the kernel's janitor (see :mod:`..launch.janitor`) those of a
 kernel that was killed. The kernel maps each one privately (copy-on-write, so the value behaves as
 its own memory, in later forks too) and unlinks it at once; the memory is released when the last
@@ -24,7 +24,7 @@ from typing import Any
 import cloudpickle
 import torch
 
-from . import names
+from . import shared_files
 from .by_value import faster_function_pickling
 
 MIN_SHARED_BYTES = 1 << 20  # smaller pieces travel inside the pickle
@@ -77,7 +77,7 @@ class _Writer:
         was named (the piece then travels in the pickle)."""
         if self.owner_pid is None:
             return None
-        path = names.create_file(self.owner_pid, "result-" + secrets.token_hex(8), size)
+        path = shared_files.create_file(self.owner_pid, "result-" + secrets.token_hex(8), size)
         if path is None:
             return None
         self.files.append((path, size))
@@ -85,7 +85,7 @@ class _Writer:
 
     def discard(self) -> None:
         for path, _ in self.files:
-            names.remove(path)
+            shared_files.remove(path)
         self.files.clear()
         self.buffers.clear()
         self._storages.clear()
@@ -219,5 +219,5 @@ def receive(payload: bytes, unlink: bool = True) -> Received:
     finally:
         if unlink:
             for path, _ in envelope.files:
-                names.remove(path)
+                shared_files.remove(path)
     return received

@@ -3,7 +3,7 @@
 The loop is the "function" a session's workers are launched with (:func:`serve`), so everything a
 launch does around a function (the torchrun environment, labelled output, live tracking, the stop
 signal, the exit barrier) holds for a session too. Each command's outcome goes back as a launch's
-``WorkerFinished`` or ``WorkerFailed`` followed by :class:`~notebook_launcher.protocol.session.RankIdle`.
+``WorkerFinished`` or ``WorkerFailed`` followed by :class:`~notebook_launcher.protocol.session_messages.RankIdle`.
 
 SIGINT interrupts the command running on this rank (the kernel sends it when the cell is
 interrupted or another rank failed, once the rank said it took the call); between commands it is
@@ -23,10 +23,10 @@ from datetime import timedelta
 from typing import Any
 
 from ..protocol import results
-from ..protocol import session as protocol
+from ..protocol import session_messages as protocol
 from ..protocol.context import current_context
 from ..protocol.events import EventBatch
-from ..protocol.session import CellInterrupted, Command, RankBusy, RankIdle
+from ..protocol.session_messages import CellInterrupted, Command, RankBusy, RankIdle
 from ..state import PartialState
 from . import stopping
 from .regroup import GroupSockets, held_models, rebind

@@ -20,7 +20,7 @@ from notebook_launcher import (
     pad_across_processes,
     reduce,
 )
-from notebook_launcher.protocol import names
+from notebook_launcher.protocol import shared_files
 
 pytestmark = NEEDS_GPU
 PROCESSES = [1, pytest.param(2, marks=needs_two_gpus)]
@@ -114,7 +114,7 @@ def metrics_and_transport():
         seen += accelerator.gather_for_metrics(y).shape[0]
     comm = current()
     # An exchange file is unlinked once every rank opened it, but stays mapped while in use.
-    prefix = os.path.join(names.SHARED_MEMORY_DIRECTORY, names.SHARED_MEMORY_PREFIX)
+    prefix = os.path.join(shared_files.SHARED_MEMORY_DIRECTORY, shared_files.SHARED_MEMORY_PREFIX)
     with open("/proc/self/maps", encoding="utf-8") as maps:
         exchanges = sorted({line.split(None, 5)[-1].strip() for line in maps if prefix in line})
     weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
@@ -162,7 +162,7 @@ def cuda_results():
 
 
 def test_cuda_results_come_back_on_the_cpu_and_large_ones_through_shared_memory():
-    before = set(names.leftover_files(os.getpid()))
+    before = set(shared_files.leftover_files(os.getpid()))
     out = notebook_launcher(cuda_results, num_processes=1, ui="none").main
     assert out["large"].device.type == "cpu" and out["large"].shape == (8 * 2**20,)
     assert torch.equal(
@@ -172,7 +172,7 @@ def test_cuda_results_come_back_on_the_cpu_and_large_ones_through_shared_memory(
     assert out["small"][0].device.type == "cpu" and out["small"][0].dtype == torch.bfloat16
     assert out["pair"][0].item() == 7 and out["pair"][1] == "text"
     assert out["grad"].device.type == "cpu" and not out["grad"].requires_grad
-    assert set(names.leftover_files(os.getpid())) == before  # mapped and unlinked at once
+    assert set(shared_files.leftover_files(os.getpid())) == before  # mapped and unlinked at once
     # The kernel (this process) holds the values on the CPU only: CUDA is still untouched here,
     # which the folder's fixture checks after the test.
 

@@ -14,7 +14,7 @@ import notebook_launcher.live as tracking
 from notebook_launcher.integrations import _launched_strategy, hooks
 from notebook_launcher.integrations import rich as rich_integration
 from notebook_launcher.integrations import tqdm as tqdm_integration
-from notebook_launcher.launch.output import OutputSink, without_own_label
+from notebook_launcher.launch.supervision.output import OutputSink, without_own_label
 from notebook_launcher.protocol.events import OutputLine, TrackingBatch, WorkerStarted
 from notebook_launcher.ui import RunModel
 from notebook_launcher.ui.charts import metrics_html

@@ -12,7 +12,7 @@ import psutil
 import pytest
 from kernelrun import alive, wait_until
 
-from notebook_launcher.protocol import names
+from notebook_launcher.protocol import shared_files
 
 pytestmark = pytest.mark.kernel
 
@@ -44,8 +44,8 @@ CASES = {
 
 def files_of(pid: int) -> list[str]:
     found = []
-    for name in os.listdir(names.SHARED_MEMORY_DIRECTORY):
-        owner = names.owner_of(name)
+    for name in os.listdir(shared_files.SHARED_MEMORY_DIRECTORY):
+        owner = shared_files.owner_of(name)
         if owner is not None and owner.pid == pid:
             found.append(name)
     return found

@@ -14,7 +14,7 @@ import torch
 from notebook_launcher import Accelerator, PartialState, notebook_launcher
 from notebook_launcher.backends import shared_memory
 from notebook_launcher.launch.errors import WorkersFailedError
-from notebook_launcher.protocol import names
+from notebook_launcher.protocol import shared_files
 
 pytestmark = pytest.mark.skipif(
     not shared_memory.supported(), reason="the exchange needs x86-64 Linux with /dev/shm"
@@ -166,7 +166,7 @@ def killed_before_unlinking():
 def test_the_launcher_removes_the_file_of_a_rank_that_died_holding_it():
     with pytest.raises(WorkersFailedError):
         notebook_launcher(killed_before_unlinking, num_processes=2, timeout=60)
-    assert not names.leftover_files(os.getpid())  # the launcher removed it
+    assert not shared_files.leftover_files(os.getpid())  # the launcher removed it
 
 
 def switched_off():

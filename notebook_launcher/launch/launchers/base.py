@@ -17,9 +17,9 @@ from ...protocol.names import STACK_DUMP_SIGNAL, WORKER_ENTRY, entry_point
 from ...protocol.results import Received
 from ...protocol.spec import WorkerSpec
 from ...protocol.status import RankStatus
-from .. import janitor
 from ..errors import WorkersNotStartedError
-from ..process_tree import kill_tree
+from ..processes import janitor
+from ..processes.process_tree import kill_tree
 
 
 @dataclass(eq=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...utils.openmp import release_thread_pools
-from .. import warmup
+from ..processes import warmup
 from .base import Launcher
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..plan import LaunchPlan
+from ..planning.plan import LaunchPlan
 from .c10d import C10dNodes
 from .local import Attempt, ClusterRendezvous, LocalRendezvous
 from .static import StaticNodes

@@ -25,7 +25,7 @@ from typing import Any
 
 from ...protocol.failure import WorkerFailure, looks_secondary
 from ..errors import AttemptFailed, LaunchTimeoutError, RemoteNodeFailedError
-from ..plan import LaunchPlan
+from ..planning.plan import LaunchPlan
 from .local import Attempt
 
 NAMESPACE = "notebook_launcher"

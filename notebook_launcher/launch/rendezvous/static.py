@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..errors import LaunchError, NodesMissingError
-from ..plan import LaunchPlan
+from ..planning.plan import LaunchPlan
 from .checks import format_endpoint
 from .node_attempt import (
     CLOSED_KEY,

@@ -23,22 +23,15 @@ import threading
 import time
 from typing import Any
 
-from ....protocol import remote
-from ....protocol.environment import describe_node, modules_imported
+from ....protocol import remote_link
 from ....protocol.names import RAY_RANK_ACTOR, entry_point
+from ....protocol.node_environment import describe_node, modules_imported
 from ....protocol.spec import WorkerSpec
+from ...errors import ClusterError
 from ..base import Launcher, WorkerHandle
-from .cluster import (
-    PLACEMENT_POLL,
-    ClusterError,
-    Placement,
-    first_lines,
-    join,
-    reserve,
-    uploaded,
-)
-from .environment import problems_by_node, report
-from .links import Commands, Relay, RemoteHandle, close_writers, new_handle
+from ..remote.links import Commands, Relay, RemoteHandle, close_writers, new_handle
+from .joining import PLACEMENT_POLL, Placement, first_lines, join, reserve, uploaded
+from .node_check import problems_by_node, report
 
 logger = logging.getLogger(__name__)
 WATCH_EVERY = 0.1  # seconds between the watcher's looks at the ranks' runs
@@ -123,7 +116,7 @@ class ClusterAttempt:
                 )
                 for rank in range(len(specs))
             ]
-            secret = remote.new_secret()
+            secret = remote_link.new_secret()
             restart = specs[0].context.restart_count
             self.relay = Relay(ray.util.get_node_ip_address(), secret, restart, self.handles)
             shipped = ray.put(payload)

@@ -18,7 +18,7 @@ from ....protocol.names import XLA_HELPER_ENTRY, entry_point
 from ....protocol.spec import ReplicaGroup, ReplicaPipes, WorkerSpec
 from ....utils.openmp import release_thread_pools
 from ....utils.validation import invalid
-from ... import janitor
+from ...processes import janitor
 from ..base import Launcher, WorkerHandle
 from .helper import Helper, ProcessLineSplitter, ReplicaProcess
 

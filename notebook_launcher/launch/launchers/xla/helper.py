@@ -7,8 +7,8 @@ from typing import Any
 
 from ....protocol.channel import LineSplitter
 from ....protocol.events import OutputLine
-from ...output import FATAL_MARK
-from ...process_tree import kill_tree
+from ...processes.process_tree import kill_tree
+from ...supervision.output import FATAL_MARK
 
 KILLED = -9  # the exit code reported when the helper vanished without saying (it was killed)
 PROCESS_MARK = "(process) "  # starts the lines of a process of thread replicas, not of one replica

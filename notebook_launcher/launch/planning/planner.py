@@ -8,12 +8,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..backends import Backend, backend_for, launch_backend
-from ..utils.environment import available_cpu_count
-from ..utils.validation import check_int_in, invalid
-from .launchers import AUTO_START_METHOD, CLUSTER_START_METHOD, LAUNCHERS
+from ...backends import Backend, backend_for, launch_backend
+from ...utils.environment import available_cpu_count
+from ...utils.validation import check_int_in, invalid
+from ..launchers import AUTO_START_METHOD, CLUSTER_START_METHOD, LAUNCHERS
+from ..rendezvous.checks import format_endpoint, node_wait, parse_endpoint
 from .plan import LOOPBACK, LaunchPlan
-from .rendezvous.checks import format_endpoint, node_wait, parse_endpoint
 from .settings import DEFAULT_MULTINODE_PREFIX_TEMPLATE, DEFAULT_PREFIX_TEMPLATE, LaunchSettings
 
 CPU_PROCESSES_PER_CORE = 4  # CPU workers per usable core without MAX_PROCESSES_ENV

@@ -9,9 +9,9 @@ import select
 import time
 from collections.abc import Callable, Collection
 
-from ..protocol import names
-from ..protocol.channel import READ_CHUNK
-from ..protocol.events import (
+from ...protocol import names, shared_files
+from ...protocol.channel import READ_CHUNK
+from ...protocol.events import (
     EventBatch,
     OutputLine,
     WorkerExited,
@@ -19,11 +19,11 @@ from ..protocol.events import (
     WorkerStarted,
     WorkerStopped,
 )
-from ..protocol.status import RankStatus, next_status
-from .launchers import WorkerHandle
+from ...protocol.status import RankStatus, next_status
+from ..launchers import WorkerHandle
+from ..planning.settings import DEFAULTS
+from ..processes.poller import Poller
 from .output import OutputSink
-from .poller import Poller
-from .settings import DEFAULTS
 from .stacks import trim_kernel_frames
 
 logger = logging.getLogger(__name__)
@@ -268,7 +268,7 @@ class WorkerGroup:
             handle.close()
         self._by_conn.clear()
         # Workers unlink their shared-memory exchange at once; one that died first cannot.
-        names.remove_leftovers(os.getpid())
+        shared_files.remove_leftovers(os.getpid())
         logger.debug("teardown: all %d processes gone, pipes closed", len(self.handles))
 
     def await_exits(self, handles: list[WorkerHandle], limit: float) -> None:

@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 
-from ..protocol.names import WORKER_ENTRY
+from ...protocol.names import WORKER_ENTRY
 
 logger = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..protocol.events import RankQuiet
-from ..protocol.status import RankStatus
-from .errors import DeadlockError, LaunchTimeoutError, WorkerStalledError
+from ...protocol.events import RankQuiet
+from ...protocol.status import RankStatus
+from ..errors import DeadlockError, LaunchTimeoutError, WorkerStalledError
 from .liveness import stack_signature, waiting_in_collective
 from .stacks import holding_up, locate, where_ranks_were
 

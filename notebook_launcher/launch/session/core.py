@@ -3,7 +3,7 @@
 A :class:`Session` starts its workers as a launch does (same settings, launchers, rendezvous,
 labelled output and worker group), but the function they run is a loop
 (:mod:`notebook_launcher.worker.session_loop`) that forms the process group once and then runs
-each call the kernel sends. Each call is supervised by a :class:`.session_calls.CallSupervisor`
+each call the kernel sends. Each call is supervised by a :class:`.calls.CallSupervisor`
 with the launch's watchdogs, and gets its own panel. Between calls a thread watches the workers,
 so a rank that dies is reported within ``IDLE_CHECK`` seconds even when nothing runs.
 """
@@ -20,29 +20,29 @@ from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import Any
 
-from ..protocol import names, results
-from ..protocol import session as protocol
-from ..protocol.events import WorkerStarted
-from ..protocol.session import Command
-from ..ui import RunPanel, create_view
-from ..utils.validation import check_number, invalid
-from . import exclusive
-from .errors import SessionBrokenError, SessionClosedError, add_note, shown_as_argument_errors
-from .group import WorkerGroup
-from .launchers import LAUNCHERS, make_launcher
-from .oom import oom_kills
-from .output import OutputSink
-from .planner import plan_launch
-from .preflight import find_unpicklable, run_preflight
-from .rendezvous import open_rendezvous
-from .result import LaunchResult
-from .runner import worker_spec
-from .session_calls import CallSupervisor, interrupted_text, with_session_notes
-from .session_errors import RESTART_HINT, broken_text
-from .settings import DEFAULTS as D
-from .settings import LaunchSettings
-from .signals import interrupts_deferred
-from .supervisor import OUTSIDE_STOP
+from ...protocol import names, results, shared_files
+from ...protocol import session_messages as protocol
+from ...protocol.events import WorkerStarted
+from ...protocol.session_messages import Command
+from ...ui import RunPanel, create_view
+from ...utils.validation import check_number, invalid
+from ..errors import SessionBrokenError, SessionClosedError, add_note, shown_as_argument_errors
+from ..launchers import LAUNCHERS, make_launcher
+from ..planning import exclusive
+from ..planning.planner import plan_launch
+from ..planning.preflight import find_unpicklable, run_preflight
+from ..planning.settings import DEFAULTS as D
+from ..planning.settings import LaunchSettings
+from ..processes.signals import interrupts_deferred
+from ..rendezvous import open_rendezvous
+from ..result import LaunchResult
+from ..supervision.group import WorkerGroup
+from ..supervision.oom import oom_kills
+from ..supervision.output import OutputSink
+from ..supervision.runner import worker_spec
+from ..supervision.supervisor import OUTSIDE_STOP
+from .calls import CallSupervisor, interrupted_text, with_session_notes
+from .errors import RESTART_HINT, broken_text
 
 START_TIMEOUT = 300.0  # default seconds for the workers to start and form the group
 CLOSE_WAIT = 10.0  # seconds closed workers get to leave before they are stopped
@@ -275,7 +275,7 @@ class Session:
         self._broken = None
         self._calls = 0
         try:
-            names.reclaim_orphans()
+            shared_files.reclaim_orphans()
             launcher = make_launcher(plan)
             launcher.prepare()
             payload = launcher.payload(_session_function(), ())
@@ -548,7 +548,7 @@ class Body:
 
     def release(self) -> None:
         for path in self.paths:
-            names.remove(path)
+            shared_files.remove(path)
         self.paths = ()
 
 

@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ....protocol.environment import AGREED, NodeEnvironment, version_of
-from .cluster import first_lines
+from ....protocol.node_environment import AGREED, NodeEnvironment, version_of
+from .joining import first_lines
 
 PACKAGE = "notebook_launcher"
 

@@ -17,20 +17,20 @@ from __future__ import annotations
 import dataclasses
 import signal
 
-from ..protocol import results
-from ..protocol import session as protocol
-from ..protocol.events import WorkerStopped
-from ..protocol.failure import looks_secondary
-from ..protocol.session import CellInterrupted, Command, RankBusy, RankIdle
-from ..protocol.status import RankStatus
-from .errors import RemoteTraceback, SessionBrokenError
-from .group import WorkerGroup
-from .plan import LaunchPlan
-from .session_errors import RESTART_HINT, call_failed, outcome_text, with_outcome
-from .signals import InterruptFlag, interrupts_noted
-from .stacks import where_ranks_were
-from .supervisor import EXIT_GRACE, Supervisor
-from .watchdogs import TimeoutWatchdog, Verdict
+from ...protocol import results
+from ...protocol import session_messages as protocol
+from ...protocol.events import WorkerStopped
+from ...protocol.failure import looks_secondary
+from ...protocol.session_messages import CellInterrupted, Command, RankBusy, RankIdle
+from ...protocol.status import RankStatus
+from ..errors import RemoteTraceback, SessionBrokenError
+from ..planning.plan import LaunchPlan
+from ..processes.signals import InterruptFlag, interrupts_noted
+from ..supervision.group import WorkerGroup
+from ..supervision.stacks import where_ranks_were
+from ..supervision.supervisor import EXIT_GRACE, Supervisor
+from ..supervision.watchdogs import TimeoutWatchdog, Verdict
+from .errors import RESTART_HINT, call_failed, outcome_text, with_outcome
 
 SETTLE = 0.3  # seconds the other ranks get to end a failed call before the group is re-formed
 REFORM_LIMIT = 150.0  # seconds every rank has to join the re-formed group

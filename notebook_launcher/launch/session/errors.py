@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..protocol.failure import WorkerFailure
-from .errors import (
+from ...protocol.failure import WorkerFailure
+from ..errors import (
     RemoteTraceback,
     WorkersFailedError,
     add_note,

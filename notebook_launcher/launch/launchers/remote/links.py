@@ -20,7 +20,7 @@ from multiprocessing import Pipe
 from multiprocessing.connection import wait
 from typing import Any
 
-from ....protocol import remote, results
+from ....protocol import remote_link, results
 from ....protocol.channel import LineSplitter
 from ....protocol.names import STOP_SIGNAL
 from ....protocol.results import Received
@@ -121,7 +121,7 @@ class Commands:
         self._handle = handle
 
     def send_bytes(self, data: bytes) -> None:
-        self._handle.link_send(remote.COMMAND, data)
+        self._handle.link_send(remote_link.COMMAND, data)
 
     def close(self) -> None:
         pass
@@ -163,7 +163,7 @@ class RemoteHandle(WorkerHandle):
                 self.kill()
             return
         try:
-            self.link_send(remote.SIGNAL, bytes([int(signum)]))
+            self.link_send(remote_link.SIGNAL, bytes([int(signum)]))
         except BrokenPipeError:
             pass
 
@@ -177,8 +177,8 @@ class RemoteHandle(WorkerHandle):
         self.attempt.kill(self)
 
     def receive(self, payload: bytes) -> Received:
-        if payload.startswith(remote.STORED):  # the value is in Ray's object store: fetch it
-            payload = self.attempt.fetch(payload[len(remote.STORED) :])
+        if payload.startswith(remote_link.STORED):  # the value is in Ray's object store: fetch it
+            payload = self.attempt.fetch(payload[len(remote_link.STORED) :])
         return results.receive(payload)
 
     def death(self) -> str | None:
@@ -297,7 +297,7 @@ class Relay:
 
     def _handshake(self, sock: socket.socket) -> None:
         try:
-            attempt, rank = remote.accept_rank(sock, self.secret)
+            attempt, rank = remote_link.accept_rank(sock, self.secret)
         except (OSError, ValueError) as error:
             self.refused += 1
             logger.info("refused a connection to the launch's listener: %s", error)
@@ -309,7 +309,7 @@ class Relay:
                 sock.close()
                 return
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = remote.framed(sock)
+            conn = remote_link.framed(sock)
             handle.connected(conn)
             self._links[conn] = handle
             if all(h.link is not None for h in self.handles.values()):
@@ -347,12 +347,12 @@ class Relay:
         tag, body = message[:1], message[1:]
         events_w, out_w, err_w = handle.writers
         try:
-            if tag == remote.BEAT:
+            if tag == remote_link.BEAT:
                 pass
-            elif tag == remote.EVENT:
+            elif tag == remote_link.EVENT:
                 events_w.send_bytes(body)
-            elif tag in (remote.STDOUT, remote.STDERR):
-                _write_all(out_w if tag == remote.STDOUT else err_w, body)
+            elif tag in (remote_link.STDOUT, remote_link.STDERR):
+                _write_all(out_w if tag == remote_link.STDOUT else err_w, body)
         except OSError:  # the group released this rank: nothing reads any more
             pass
 

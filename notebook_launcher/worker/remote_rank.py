@@ -2,7 +2,7 @@
 
 The actor's process runs the same bootstrap as a local worker (the torchrun environment, the
 stop signal, fd-level output capture, live tracking, the exit barrier, the session loop), with
-one authenticated socket to the kernel (:mod:`notebook_launcher.protocol.remote`) where a local
+one authenticated socket to the kernel (:mod:`notebook_launcher.protocol.remote_link`) where a local
 worker has pipes:
 
 * events go over it as they would over the event pipe;
@@ -32,12 +32,12 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from ..backends import shared_memory
-from ..protocol import remote
+from ..protocol import remote_link
 from ..protocol.channel import READ_CHUNK, EventChannel
 from ..protocol.context import set_context
-from ..protocol.environment import describe_node
 from ..protocol.events import WorkerFinished, WorkerStarted
 from ..protocol.names import STACK_DUMP_SIGNAL, STOP_SIGNAL
+from ..protocol.node_environment import describe_node
 from ..protocol.spec import WorkerSpec
 from ..utils.listening import bind_listener, serve_store
 from . import exit_barrier, session_loop
@@ -112,7 +112,7 @@ class KernelLink:
 
     def __init__(self, sock: socket.socket, node: str, session: bool) -> None:
         self._sock = sock
-        self._conn = remote.framed(sock.dup())
+        self._conn = remote_link.framed(sock.dup())
         self._lock = threading.Lock()
         self._node = node
         self._closing = False
@@ -137,18 +137,18 @@ class KernelLink:
             event = dataclasses.replace(event, node=self._node)
         elif isinstance(event, WorkerFinished) and len(event.payload) > INLINE_RESULT:
             event = dataclasses.replace(event, payload=_stored(event.payload))
-        self.send_bytes(remote.EVENT, bytes(ForkingPickler.dumps(event)))
+        self.send_bytes(remote_link.EVENT, bytes(ForkingPickler.dumps(event)))
 
     def send_bytes(self, tag: bytes, body: bytes) -> None:
         with self._lock:
             self._conn.send_bytes(tag + body)
 
     def _heartbeat(self) -> None:
-        """Tell the kernel every :data:`remote.BEAT_EVERY` seconds that this rank and its node
+        """Tell the kernel every :data:`remote_link.BEAT_EVERY` seconds that this rank and its node
         still answer, whatever the rank's main thread is doing."""
-        while not self._beating.wait(remote.BEAT_EVERY):
+        while not self._beating.wait(remote_link.BEAT_EVERY):
             try:
-                self.send_bytes(remote.BEAT, b"")
+                self.send_bytes(remote_link.BEAT, b"")
             except (OSError, ValueError):
                 return
 
@@ -159,9 +159,9 @@ class KernelLink:
             while True:
                 message = self._conn.recv_bytes()
                 tag, body = message[:1], message[1:]
-                if tag == remote.SIGNAL and body[0] in DELIVERED:
+                if tag == remote_link.SIGNAL and body[0] in DELIVERED:
                     signal.pthread_kill(self._main, body[0])
-                elif tag == remote.COMMAND and self._commands_w is not None:
+                elif tag == remote_link.COMMAND and self._commands_w is not None:
                     self._commands_w.send_bytes(body)
         except (EOFError, OSError):
             pass
@@ -192,7 +192,7 @@ def _stored(payload: bytes) -> bytes:
     import ray
     import ray.cloudpickle
 
-    return remote.STORED + ray.cloudpickle.dumps(ray.put(payload))
+    return remote_link.STORED + ray.cloudpickle.dumps(ray.put(payload))
 
 
 class _Forwarder(threading.Thread):
@@ -274,9 +274,12 @@ def run_worker(
     forwarders: list[_Forwarder] = []
     code = 1
     try:
-        sock = remote.join_kernel(kernel, secret, context.restart_count, context.rank)
+        sock = remote_link.join_kernel(kernel, secret, context.restart_count, context.rank)
         link = KernelLink(sock, node, spec.session)
-        forwarders = [_Forwarder(1, remote.STDOUT, link), _Forwarder(2, remote.STDERR, link)]
+        forwarders = [
+            _Forwarder(1, remote_link.STDOUT, link),
+            _Forwarder(2, remote_link.STDERR, link),
+        ]
         for forwarder in forwarders:
             forwarder.start()
         redirect_streams(*(f.write_end for f in forwarders))

@@ -9,18 +9,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ...cluster import RayCluster
-from ...errors import LaunchError
+from ...errors import ClusterError
+from .settings import RayCluster
 
 logger = logging.getLogger(__name__)
 INSTALL_HINT = 'pip install "notebook_launcher[ray]"'
 PLACEMENT_POLL = 0.05  # seconds between looks at a placement group being reserved
 _told: set[str] = set()  # the clusters this kernel already said it uses
-
-
-class ClusterError(LaunchError):
-    """The Ray cluster cannot run the launch: it cannot hold every rank, or a rank's actor could
-    not start (the message says what was asked, what the cluster has, and what to do)."""
 
 
 def import_ray() -> Any:

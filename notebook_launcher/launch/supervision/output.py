@@ -7,7 +7,7 @@ import sys
 from collections import deque
 from collections.abc import Callable
 
-from ..protocol.events import OutputLine
+from ...protocol.events import OutputLine
 
 FATAL_MARK = "Fatal Python error:"  # how faulthandler starts its report of a crash
 FATAL_LINES = 400  # lines of a crash report kept (faulthandler prints at most 100 frames a thread)

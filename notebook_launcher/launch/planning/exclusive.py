@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 
-from .errors import LaunchBusyError
+from ..errors import LaunchBusyError
 
 _lock = threading.Lock()
 LAUNCH_ENDS = (

@@ -2,7 +2,7 @@
 dies, with no later launch needed.
 
 Workers write large results (and the exchange of the shared-memory collectives) into files in
-``/dev/shm`` named after their kernel (see :mod:`..protocol.names`); the kernel maps and unlinks
+``/dev/shm`` named after their kernel (see :mod:`...protocol.shared_files`); the kernel maps and unlinks
 them. A kernel that is SIGKILLed removes nothing, and its workers die with it at once
 (``PR_SET_PDEATHSIG`` sends them SIGKILL): that is what makes sure no worker outlives its kernel,
 even one stuck in C code, so the workers cannot clean up either. A third process does.
@@ -16,7 +16,7 @@ ends normally ends its janitor the same way, with nothing left to remove.
 
 The janitor runs in an interpreter of its own (``-I -S``: no site-packages, nothing of the
 kernel's environment, only the descriptors it is given) and imports nothing of this package but
-:mod:`..protocol.names`, loaded by path: the package imports torch, and the janitor must start in
+:mod:`...protocol.shared_files`, loaded by path: the package imports torch, and the janitor must start in
 milliseconds and hold almost no memory.
 """
 
@@ -29,8 +29,8 @@ import sys
 import threading
 import time
 
-if __name__ != "__main__":  # the janitor process loads it by path instead (see _load_names)
-    from ..protocol import names
+if __name__ != "__main__":  # the janitor process loads it by path instead (see _load_shared_files)
+    from ...protocol import shared_files
 
 logger = logging.getLogger(__name__)
 
@@ -48,9 +48,9 @@ _watched: dict[int, int] = {}  # worker pid -> its start time, sent to the janit
 def watch(pid: int) -> None:
     """Have this process's janitor (started now if there is none) wait for worker ``pid`` before
     its last look, should this process die. Never raises: the janitor is housekeeping, and a
-    launch reclaims the files of kernels that died without one (see ``names.reclaim_orphans``)."""
+    launch reclaims the files of kernels that died without one (see ``shared_files.reclaim_orphans``)."""
     try:
-        start = names.process_start(pid)
+        start = shared_files.process_start(pid)
     except OSError:
         return
     if start is None:
@@ -67,7 +67,7 @@ def watch(pid: int) -> None:
 
 def _gone(pid: int, start: int) -> bool:
     try:
-        return names.process_start(pid) != start
+        return shared_files.process_start(pid) != start
     except OSError:
         return False
 
@@ -81,7 +81,7 @@ def _start() -> None:
     if _pipe is not None:
         os.close(_pipe)
         _pipe = None
-    owner = names.owner_now(os.getpid())
+    owner = shared_files.owner_now(os.getpid())
     read, write = os.pipe()
     try:
         _janitor = subprocess.Popen(
@@ -134,12 +134,14 @@ if hasattr(os, "register_at_fork"):
 # -- the janitor process ---------------------------------------------------------------------
 
 
-def _load_names():
-    """The package's ``protocol/names.py``, loaded without the package (which imports torch)."""
+def _load_shared_files():
+    """The package's ``protocol/shared_files.py``, loaded without the package (which imports
+    torch)."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "protocol", "names.py")
-    spec = importlib.util.spec_from_file_location("notebook_launcher_names", path)
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.path.join(package, "protocol", "shared_files.py")
+    spec = importlib.util.spec_from_file_location("notebook_launcher_shared_files", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
@@ -147,7 +149,7 @@ def _load_names():
 
 
 def _serve(pid: str, start: str, scope: str) -> None:
-    owner = names.Owner(int(pid), int(start) if start else None, scope or None)
+    owner = shared_files.Owner(int(pid), int(start) if start else None, scope or None)
     workers: dict[int, int] = {}
     with os.fdopen(0, "rb") as pipe:
         for line in pipe:  # until the kernel is gone
@@ -155,15 +157,16 @@ def _serve(pid: str, start: str, scope: str) -> None:
             workers[int(worker)] = int(started)
             for known in [p for p, s in workers.items() if _gone(p, s)]:
                 del workers[known]
-    names.remove_files_of(owner)  # frees the memory now; the workers may hold it a moment more
+    # Frees the memory now; the workers may hold it a moment more.
+    shared_files.remove_files_of(owner)
     end = time.monotonic() + WORKERS_LIMIT
     while time.monotonic() < end and not all(_gone(p, s) for p, s in workers.items()):
         time.sleep(POLL)
-    names.remove_files_of(owner)
+    shared_files.remove_files_of(owner)
     time.sleep(SETTLE)
-    names.remove_files_of(owner)
+    shared_files.remove_files_of(owner)
 
 
 if __name__ == "__main__":
-    names = _load_names()
+    shared_files = _load_shared_files()
     _serve(*sys.argv[1:4])

@@ -7,13 +7,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..protocol import results
-from ..protocol.events import SupervisorTick
-from ..protocol.failure import looks_secondary
-from ..protocol.status import RankStatus
-from .errors import AttemptFailed, LaunchStoppedError, WorkerFailure, add_note, failure_to_raise
+from ...protocol import results
+from ...protocol.events import SupervisorTick
+from ...protocol.failure import looks_secondary
+from ...protocol.status import RankStatus
+from ..errors import AttemptFailed, LaunchStoppedError, WorkerFailure, add_note, failure_to_raise
+from ..launchers import WorkerHandle
 from .group import STOP_GRACE, WorkerGroup
-from .launchers import WorkerHandle
 from .liveness import SAMPLE_EVERY, Usage, WorkMeter, measure
 from .oom import killed_for_memory, memory_text, oom_kills
 from .output import OutputSink

@@ -2,7 +2,7 @@
 a Ray cluster (``cluster="ray"`` or ``cluster=RayCluster(...)``), checked before anything starts.
 
 Nothing here imports Ray: the settings are plain data, and the launcher that uses them
-(:mod:`.launchers.ray`) imports Ray only when a launch starts.
+(:mod:`notebook_launcher.launch.launchers.ray`) imports Ray only when a launch starts.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..utils.validation import check_seconds, invalid, short_repr
+from ....utils.validation import check_seconds, invalid, short_repr
 
 CLUSTER_NAMES = ("ray",)
 PLACEMENTS = ("pack", "spread")

@@ -12,10 +12,10 @@ import types
 from dataclasses import replace
 from typing import Any
 
-from ..backends import Finding, all_backends
-from ..utils.validation import short_repr
-from .errors import PreflightError
-from .launchers import LAUNCHERS
+from ...backends import Finding, all_backends
+from ...utils.validation import short_repr
+from ..errors import PreflightError
+from ..launchers import LAUNCHERS
 from .plan import LaunchPlan
 
 logger = logging.getLogger(__name__)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..protocol.names import SHARED_MEMORY_SOURCE, WORKER_FUNCTION
-from ..utils.cells import code_name
+from ...protocol.names import SHARED_MEMORY_SOURCE, WORKER_FUNCTION
+from ...utils.cells import code_name
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.+)$')
 _THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+")

@@ -9,18 +9,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol import names
-from ..protocol.context import WorkerContext
-from ..protocol.results import Received
-from ..protocol.spec import WorkerSpec
-from .errors import AttemptFailed
+from ...protocol import shared_files
+from ...protocol.context import WorkerContext
+from ...protocol.results import Received
+from ...protocol.spec import WorkerSpec
+from ..errors import AttemptFailed
+from ..launchers import Launcher, WorkerHandle, make_launcher
+from ..planning.plan import LaunchPlan
+from ..processes.signals import interrupts_deferred
+from ..rendezvous import open_rendezvous
+from ..result import LaunchResult
 from .group import WorkerGroup
-from .launchers import Launcher, WorkerHandle, make_launcher
 from .output import OutputSink
-from .plan import LaunchPlan
-from .rendezvous import open_rendezvous
-from .result import LaunchResult
-from .signals import interrupts_deferred
 from .supervisor import DEADLOCK_AFTER, Supervisor
 
 logger = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ def launch(
     ``listeners`` get every event; setting ``stop`` tears the run down (LaunchStoppedError);
     ``streams`` replace the kernel's stdout and stderr for worker lines.
     """
-    names.reclaim_orphans()  # the shared memory of kernels that were killed
+    shared_files.reclaim_orphans()  # the shared memory of kernels that were killed
     launcher = make_launcher(plan)
     launcher.prepare()
     payload = launcher.payload(function, args)
