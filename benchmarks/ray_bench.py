@@ -41,13 +41,13 @@ from pathlib import Path
 from typing import Any
 
 # The Ray lane's two-node loopback cluster; Ray reads these when it is imported.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "ray"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/helpers
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # with node_ip_address: loopback only
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 import ray  # noqa: E402
 import torch  # noqa: E402
-from raycluster import NODE_ARGS as NODE  # noqa: E402
-from raycluster import SLOTS, start_two_nodes, stop  # noqa: E402
+from helpers.raycluster import NODE_ARGS as NODE  # noqa: E402
+from helpers.raycluster import SLOTS, start_two_nodes, stop  # noqa: E402
 
 from notebook_launcher import RayCluster, Session, notebook_launcher  # noqa: E402
 

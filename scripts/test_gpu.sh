@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 # Every test marked gpu: the GPU folder, and those that live beside their CPU counterparts.
-TESTS=(tests/gpu tests/test_cuda_fork.py tests/test_launch_validation.py)
+TESTS=(tests/gpu tests/test_cuda_fork.py tests/launch/test_launch_validation.py)
 WHEELS=${GPU_WHEELS:-.gpu-wheels}
 PYTEST_FLAGS=(-m gpu -p no:cacheprovider)
 

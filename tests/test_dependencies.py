@@ -101,8 +101,9 @@ def _local_names(part: str) -> set[str]:
         return names  # notebook_launcher/integrations/transformers.py does not hide transformers
     names.update(p.stem for p in base.rglob("*.py"))
     names.update(p.name for p in base.rglob("*") if p.is_dir())
-    if part == "benchmarks":  # some reuse the tests' workloads
+    if part == "benchmarks":  # some reuse the tests' workloads and helpers (tests/helpers)
         names.update(p.stem for p in (ROOT / "tests").rglob("*.py"))
+        names.update(p.name for p in (ROOT / "tests").rglob("*") if p.is_dir())
     if part == "notebooks":
         for path in base.glob("*.ipynb"):
             names.update(re.findall(r"(\w+)\.py", path.read_text()))

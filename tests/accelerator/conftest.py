@@ -1,25 +1,8 @@
-"""Every Accelerator test starts and ends with no shared state in this process."""
+"""Accelerate's own singletons, for the tests that use both packages in one process."""
 
 from __future__ import annotations
 
 import pytest
-
-from notebook_launcher.state import reset_state
-
-
-@pytest.fixture(autouse=True)
-def fresh_state(monkeypatch):
-    for name in (
-        "RANK",
-        "WORLD_SIZE",
-        "LOCAL_RANK",
-        "LOCAL_WORLD_SIZE",
-        "ACCELERATE_MIXED_PRECISION",
-    ):
-        monkeypatch.delenv(name, raising=False)
-    reset_state()
-    yield
-    reset_state()
 
 
 @pytest.fixture

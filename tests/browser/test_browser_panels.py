@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from jupyterlab_helpers import KERNEL, STATES, notebook, notebook_page, poll, shoot
+from helpers.jupyterlab import KERNEL, STATES, notebook, notebook_page, poll, shoot
 
 pytestmark = pytest.mark.browser
 
@@ -281,7 +281,7 @@ def test_an_exported_notebook_shows_its_final_panels_offline(tmp_path, shots):
     subprocess.run([*command, str(source)], env=env, check=True, timeout=300)
     page_file = tmp_path / "exported.html"
 
-    from jupyterlab_helpers import chromium
+    from helpers.jupyterlab import chromium
 
     with chromium(tmp_path / "profile") as page:
         page.set_viewport_size({"width": 900, "height": 900})

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from jupyterlab_helpers import LOGGED, STATES, notebook_page, poll, shoot
+from helpers.jupyterlab import LOGGED, STATES, notebook_page, poll, shoot
 
 pytestmark = pytest.mark.browser
 

@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from channel import pose_as_worker
+from helpers.channel import pose_as_worker
 
 import notebook_launcher.live as tracking
 from notebook_launcher import notebook_launcher

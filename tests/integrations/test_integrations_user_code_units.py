@@ -8,7 +8,7 @@ import re
 import sys
 
 import pytest
-from channel import pose_as_worker
+from helpers.channel import pose_as_worker
 
 import notebook_launcher.live as tracking
 from notebook_launcher.integrations import _launched_strategy, hooks

@@ -10,7 +10,7 @@ import time
 
 import psutil
 import pytest
-from kernelrun import alive, wait_until
+from helpers.kernelrun import alive, wait_until
 
 from notebook_launcher.protocol import shared_files
 

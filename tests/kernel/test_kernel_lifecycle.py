@@ -8,7 +8,7 @@ import signal
 import time
 
 import pytest
-from kernelrun import alive, wait_until
+from helpers.kernelrun import alive, wait_until
 
 pytestmark = pytest.mark.kernel
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from kernelrun import strip_ansi
+from helpers.kernelrun import strip_ansi
 
 pytestmark = pytest.mark.kernel
 

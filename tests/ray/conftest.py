@@ -18,8 +18,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from processtree import live_descendants
-from raycluster import (
+from helpers.processtree import live_descendants
+from helpers.raycluster import (
     NO_RAY,
     held_groups,
     listening,

@@ -15,7 +15,7 @@ import textwrap
 
 import cloudpickle
 import pytest
-from raycluster import SLOTS, START
+from helpers.raycluster import SLOTS, START
 
 from notebook_launcher import ClusterError, RayCluster, notebook_launcher
 

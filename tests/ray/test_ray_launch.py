@@ -17,7 +17,7 @@ from pathlib import Path
 import cloudpickle
 import pytest
 import torch
-from raycluster import SLOTS, START, listening, listening_addresses, rank_niceness
+from helpers.raycluster import SLOTS, START, listening, listening_addresses, rank_niceness
 
 from notebook_launcher import (
     ClusterError,

@@ -14,7 +14,7 @@ from pathlib import Path
 import cloudpickle
 import psutil
 import pytest
-from raycluster import LOOPBACK, NODE_ARGS, START
+from helpers.raycluster import LOOPBACK, NODE_ARGS, START
 
 from notebook_launcher import (
     RayCluster,

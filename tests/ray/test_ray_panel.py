@@ -8,7 +8,7 @@ import sys
 import time
 
 import cloudpickle
-from raycluster import START
+from helpers.raycluster import START
 
 from notebook_launcher import LaunchPanel, RayCluster, log
 

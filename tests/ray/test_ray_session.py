@@ -12,7 +12,7 @@ import time
 
 import cloudpickle
 import pytest
-from raycluster import SLOTS, START, held_groups, listening, live_actors
+from helpers.raycluster import SLOTS, START, held_groups, listening, live_actors
 
 from notebook_launcher import RayCluster, Session, SessionBrokenError
 

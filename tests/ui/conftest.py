@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import itertools
-import sys
-from pathlib import Path
 
 import pytest
-
-# The real-kernel helpers live beside the kernel tests.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "kernel"))
 
 _ids = itertools.count()
 
@@ -91,14 +86,3 @@ class FakeClock:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
-
-
-@pytest.fixture
-def kernel():
-    """A real ipykernel for the test, shut down after it; fails on leftover processes."""
-    from kernelrun import Kernel
-
-    started = Kernel()
-    yield started
-    problems = started.close()
-    assert not problems, "\n".join(problems)

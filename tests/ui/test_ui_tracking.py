@@ -7,7 +7,7 @@ import time
 
 import pytest
 import torch
-from channel import pose_as_worker
+from helpers.channel import pose_as_worker
 
 import notebook_launcher.live as tracking
 from notebook_launcher import log, notebook_launcher, progress, set_status

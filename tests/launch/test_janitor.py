@@ -11,7 +11,7 @@ import textwrap
 import time
 
 import psutil
-from processtree import is_helper
+from helpers.processtree import is_helper
 
 from notebook_launcher.launch.processes import janitor
 from notebook_launcher.protocol import shared_files

@@ -13,7 +13,7 @@ import psutil
 import pytest
 import torch
 import torch.distributed as dist
-from processtree import live_descendants
+from helpers.processtree import live_descendants
 
 from notebook_launcher import PartialState, WorkersFailedError
 from notebook_launcher import notebook_launcher as launch

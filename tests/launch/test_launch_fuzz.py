@@ -9,9 +9,9 @@ import re
 import time
 
 import pytest
+from helpers.processtree import live_descendants
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from processtree import live_descendants
 
 from notebook_launcher import notebook_launcher as launch
 from notebook_launcher import plan_launch

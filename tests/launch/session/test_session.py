@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 import torch
-from processtree import live_descendants
+from helpers.processtree import live_descendants
 
 from notebook_launcher import (
     LaunchBusyError,

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import psutil
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.manager import KernelManager
-from processtree import live_descendants
+
+from helpers.processtree import live_descendants
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 KERNEL_READY_TIMEOUT = 60.0

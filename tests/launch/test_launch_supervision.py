@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from processtree import live_descendants
+from helpers.processtree import live_descendants
 
 from notebook_launcher import LaunchTimeoutError, PartialState, WorkerStalledError
 from notebook_launcher import notebook_launcher as launch
