@@ -1,5 +1,5 @@
-"""The blocking entry points: the settings (:class:`LaunchSettings`) planned
-(:func:`plan_launch`) and checked (:func:`run_preflight`), then run in this thread (:mod:`.runner`:
+"""The blocking entry points: the settings (:class:`LaunchSettings`) planned and checked
+(:func:`.planning.entry.checked_plan`), then run in this thread (:mod:`.supervision.runner`:
 launcher -> worker group -> supervisor -> result) with their view."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ from typing import Any
 from ..backends import CpuBackend
 from ..ui import RunPanel, create_view
 from .errors import shown_as_argument_errors
-from .planning import exclusive
-from .planning.planner import plan_launch
-from .planning.preflight import check_args, check_function, run_preflight
+from .planning.entry import checked_plan, launch_named
+from .planning.preflight import check_args, check_function
 from .planning.settings import DEFAULTS as D
 from .planning.settings import LaunchSettings
 from .result import LaunchResult
@@ -192,14 +191,10 @@ def debug_launcher(function: Callable[..., Any], args: tuple = (), num_processes
     with shown_as_argument_errors():
         check_function(function)
         call_args = check_args(args)
-        plan = plan_launch(LaunchSettings(num_processes=num_processes), backend=CpuBackend())
-    exclusive.claim(exclusive.describe("foreground", function, plan.num_processes))
-    try:
-        with shown_as_argument_errors():
-            plan = run_preflight(function, call_args, plan)
+        settings = LaunchSettings(num_processes=num_processes)
+    named = launch_named("foreground", function)
+    with checked_plan(function, call_args, settings, named, backend=CpuBackend()) as plan:
         return launch(function, call_args, plan)
-    finally:
-        exclusive.release()
 
 
 def run_with_view(
@@ -208,12 +203,7 @@ def run_with_view(
     """Plan ``settings``, check the kernel, and run the plan in this thread with the view
     ``settings.ui`` names (status table, charts or console status) attached, as
     :func:`notebook_launcher` does. The checks come before anything is shown."""
-    with shown_as_argument_errors():
-        plan = plan_launch(settings)
-    exclusive.claim(exclusive.describe("foreground", function, plan.num_processes))
-    try:
-        with shown_as_argument_errors():
-            plan = run_preflight(function, args, plan)
+    with checked_plan(function, args, settings, launch_named("foreground", function)) as plan:
         view = create_view(
             settings.ui, plan.num_processes, plan.output, first_rank=plan.global_rank(0)
         )
@@ -221,7 +211,5 @@ def run_with_view(
             result = launch(function, args, plan, listeners=(view,))
         finally:
             view.finish()
-    finally:
-        exclusive.release()
     result.panel = RunPanel(view.model)
     return result

@@ -17,9 +17,9 @@ from typing import Any
 from ..ui import RunPanel, create_view
 from .errors import LaunchStoppedError, shown_as_argument_errors
 from .planning import exclusive
+from .planning.entry import checked_plan, launch_named
 from .planning.plan import LaunchPlan
-from .planning.planner import plan_launch
-from .planning.preflight import check_args, check_function, run_preflight
+from .planning.preflight import check_args, check_function
 from .planning.settings import LaunchSettings
 from .result import LaunchResult
 from .supervision.runner import launch
@@ -199,12 +199,8 @@ def start_in_background(
     The preflight checks run here, once, so a launch they refuse raises now, not later in the
     thread. ``show=False`` leaves placing the view's widget to the caller (the config panel).
     """
-    with shown_as_argument_errors():
-        plan = plan_launch(settings)
-    exclusive.claim(exclusive.describe("background", function, plan.num_processes))
-    try:
-        with shown_as_argument_errors():
-            plan = run_preflight(function, args, plan)
+    named = launch_named("background", function)
+    with checked_plan(function, args, settings, named, hand_over=True) as plan:
         view = create_view(
             settings.ui,
             plan.num_processes,
@@ -215,9 +211,6 @@ def start_in_background(
         )
         handle = LaunchHandle(view, plan.num_processes)
         handle._start(function, args, plan)  # the thread releases the kernel when it ends
-    except BaseException:
-        exclusive.release()
-        raise
     return handle
 
 

@@ -1,7 +1,9 @@
 """Everything that runs in a worker process around the user's function.
 
-``bootstrap`` sets a worker up and reports its result or failure; ``live`` is what the function
-calls to show metrics, progress and a status in the kernel; ``xla_replica`` runs the bootstrap
-in replicas that ``xmp.spawn`` starts; ``torchrun`` is the command that runs a function under
-torchrun instead.
+``bootstrap`` sets a local worker up and reports its result or failure; ``session_loop`` is what
+a session's workers run between calls; ``remote_rank`` is a rank's Ray actor on another machine;
+``xla_replica`` runs the bootstrap in replicas that ``xmp.spawn`` starts; ``stopping``,
+``exit_barrier``, ``regroup`` and ``reporting`` are the bootstrap's parts; ``torchrun`` is the
+command that runs a function under torchrun instead. (What the function itself calls to show
+metrics and progress in the kernel is :mod:`notebook_launcher.live`.)
 """

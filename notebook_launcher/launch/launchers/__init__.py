@@ -3,8 +3,7 @@ the launch read. Adding a start method is one module here and one line in :data:
 
 from __future__ import annotations
 
-from typing import Any
-
+from ..planning.plan import LaunchPlan
 from .base import Launcher, WorkerHandle
 from .fork import ForkLauncher
 from .ray import RayLauncher
@@ -24,7 +23,7 @@ AUTO_START_METHOD = "auto"
 CLUSTER_START_METHOD = "ray"  # a launch with cluster=: each rank in a Ray actor
 
 
-def make_launcher(plan: Any) -> Launcher:
+def make_launcher(plan: LaunchPlan) -> Launcher:
     """The launcher that starts the workers of ``plan``."""
     return LAUNCHERS[plan.start_method].for_plan(plan)
 

@@ -18,6 +18,7 @@ from ...protocol.results import Received
 from ...protocol.spec import WorkerSpec
 from ...protocol.status import RankStatus
 from ..errors import WorkersNotStartedError
+from ..planning.plan import LaunchPlan
 from ..processes import janitor
 from ..processes.process_tree import kill_tree
 
@@ -130,7 +131,7 @@ class Launcher(ABC):
         self.context = tmp.get_context(self.start_method)
 
     @classmethod
-    def for_plan(cls, plan: Any) -> Launcher:
+    def for_plan(cls, plan: LaunchPlan) -> Launcher:
         """The launcher that starts ``plan``'s workers."""
         return cls()
 

@@ -5,17 +5,16 @@ torch's dynamic rendezvous), which also starts and stops the nodes together."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from ..planning.plan import LaunchPlan
 from .c10d import C10dNodes
-from .local import Attempt, ClusterRendezvous, LocalRendezvous
+from .local import Attempt, ClusterRendezvous, LocalRendezvous, Rendezvous
 from .static import StaticNodes
 
-__all__ = ["Attempt", "open_rendezvous"]
+__all__ = ["Attempt", "Rendezvous", "open_rendezvous"]
 
 
-def open_rendezvous(plan: LaunchPlan, notice: Callable[[str], None]) -> Any:
+def open_rendezvous(plan: LaunchPlan, notice: Callable[[str], None]) -> Rendezvous:
     """The rendezvous for ``plan``: local on one node, shared with the other nodes otherwise.
 
     Args:

@@ -17,10 +17,12 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from ..errors import LaunchError, NodesMissingError
+from ..planning.plan import LaunchPlan
 from .checks import parse_endpoint
 from .node_attempt import NAMESPACE, NodeAttempt, ranks_text
 from .static import StaticNodes
@@ -59,7 +61,7 @@ class C10dNodes(StaticNodes):
 
     backend = "c10d"
 
-    def __init__(self, plan: Any, notice: Any) -> None:
+    def __init__(self, plan: LaunchPlan, notice: Callable[[str], None]) -> None:
         super().__init__(plan, notice)
         self.endpoint = plan.rdzv_endpoint
         self.host, self.port = parse_endpoint(plan.rdzv_endpoint, plan.master_addr, 0)

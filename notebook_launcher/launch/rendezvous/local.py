@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Protocol
 
 from .store import KernelStore
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from ..planning.plan import LaunchPlan
 
 
 class Attempt:
@@ -17,7 +23,7 @@ class Attempt:
         port: the port of the store the workers connect to.
     """
 
-    def __init__(self, plan: Any, port: int) -> None:
+    def __init__(self, plan: LaunchPlan, port: int) -> None:
         self.plan = plan
         self.port = port
 
@@ -35,7 +41,7 @@ class Attempt:
 class LocalAttempt(Attempt):
     """A single-node attempt, whose store starts serving once every worker is forked."""
 
-    def __init__(self, plan: Any, store: KernelStore) -> None:
+    def __init__(self, plan: LaunchPlan, store: KernelStore) -> None:
         super().__init__(plan, store.port)
         self._store = store
 
@@ -43,14 +49,28 @@ class LocalAttempt(Attempt):
         self._store.serve()
 
 
+class Rendezvous(Protocol):
+    """Where the workers of a launch meet, attempt after attempt: what the runner and a session
+    ask of each kind of rendezvous."""
+
+    def attempt(self, restart: int) -> AbstractContextManager[Attempt]:
+        """Attempt ``restart``: entered before its workers start, left once they all ended (a
+        multi-node rendezvous tells the other nodes when it is left by an error)."""
+        ...
+
+    def close(self) -> None:
+        """Release what outlives the attempts (a multi-node launch's store)."""
+        ...
+
+
 class LocalRendezvous:
     """The rendezvous of a single-node launch: a fresh kernel-hosted store for each attempt."""
 
-    def __init__(self, plan: Any) -> None:
+    def __init__(self, plan: LaunchPlan) -> None:
         self.plan = plan
 
     @contextlib.contextmanager
-    def attempt(self, restart: int):
+    def attempt(self, restart: int) -> Iterator[Attempt]:
         """Open the store for attempt ``restart``; it stops listening when the attempt ends."""
         plan = self.plan
         store = KernelStore(plan.master_addr, plan.requested_port, plan.exact_port, serve=False)
@@ -67,11 +87,11 @@ class ClusterRendezvous:
     """The rendezvous of a launch on a cluster: nothing in the kernel (rank 0's actor hosts the
     job's store, on its own node)."""
 
-    def __init__(self, plan: Any) -> None:
+    def __init__(self, plan: LaunchPlan) -> None:
         self.plan = plan
 
     @contextlib.contextmanager
-    def attempt(self, restart: int):
+    def attempt(self, restart: int) -> Iterator[Attempt]:
         yield Attempt(self.plan, 0)
 
     def close(self) -> None:

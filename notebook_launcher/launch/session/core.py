@@ -22,15 +22,15 @@ from typing import Any
 
 from ...protocol import names, results, shared_files
 from ...protocol import session_messages as protocol
-from ...protocol.events import WorkerStarted
 from ...protocol.session_messages import Command
 from ...ui import RunPanel, create_view
 from ...utils.validation import check_number, invalid
 from ..errors import SessionBrokenError, SessionClosedError, add_note, shown_as_argument_errors
-from ..launchers import LAUNCHERS, make_launcher
+from ..launchers import LAUNCHERS
 from ..planning import exclusive
+from ..planning.entry import checked_plan
 from ..planning.planner import plan_launch
-from ..planning.preflight import find_unpicklable, run_preflight
+from ..planning.preflight import find_unpicklable
 from ..planning.settings import DEFAULTS as D
 from ..planning.settings import LaunchSettings
 from ..processes.signals import interrupts_deferred
@@ -38,8 +38,7 @@ from ..rendezvous import open_rendezvous
 from ..result import LaunchResult
 from ..supervision.group import WorkerGroup
 from ..supervision.oom import oom_kills
-from ..supervision.output import OutputSink
-from ..supervision.runner import worker_spec
+from ..supervision.runner import output_sink, prepared_launcher, start_workers
 from ..supervision.supervisor import OUTSIDE_STOP
 from .calls import CallSupervisor, interrupted_text, with_session_notes
 from .errors import RESTART_HINT, broken_text
@@ -264,35 +263,29 @@ class Session:
     # -- starting and ending ----------------------------------------------------------------
 
     def _start(self) -> None:
-        plan = self._plan
-        with shown_as_argument_errors():
-            plan = self._plan = run_preflight(_session_function(), (), plan)
-        exclusive.claim(
-            f"a session of {plan.num_processes} processes",
+        with checked_plan(
+            _session_function(),
+            (),
+            self._plan,
+            lambda plan: f"a session of {plan.num_processes} processes",
             "Close it first (session.close() or %distributed close).",
-        )
-        self._claimed = True
+            hand_over=True,  # given back when the session ends (_release)
+        ) as plan:
+            self._plan = plan
+            self._claimed = True
         self._broken = None
         self._calls = 0
         try:
-            shared_files.reclaim_orphans()
-            launcher = make_launcher(plan)
-            launcher.prepare()
-            payload = launcher.payload(_session_function(), ())
-            sink = OutputSink(
-                plan.output, lambda rank: plan.prefix(rank, rank % plan.num_processes)
-            )
+            launcher, payload = prepared_launcher(plan, _session_function(), ())
+            sink = output_sink(plan)
             # This machine: a store in the kernel; a cluster: rank 0's actor hosts it.
             self._rendezvous = open_rendezvous(plan, sink.notice).attempt(0)
             attempt = self._rendezvous.__enter__()
-            specs = [
-                worker_spec(plan, r, attempt.port, 0, session=True)
-                for r in range(plan.num_processes)
-            ]
-            with interrupts_deferred():
-                handles = launcher.start_group(specs, payload, time.monotonic())
+
+            def record(handles: list) -> None:
                 self._group = WorkerGroup(handles, sink, stop_grace=plan.stop_grace)
-            attempt.workers_started()
+
+            start_workers(launcher, payload, plan, attempt, 0, record, session=True)
             self._state = "alive"
             _open.add(self)
             supervisor = CallSupervisor(self._group, plan, 0, self._oom_baseline)
@@ -396,10 +389,7 @@ class Session:
                 group.listeners = (supervisor.on_event, *((view,) if view else ()))
                 started = time.monotonic()
                 deadline = None if timeout is None else started + timeout
-                for handle in group.handles:
-                    handle.result = handle.failed = handle.finished_at = None
-                    handle.last_alive = started
-                    group.apply(handle, WorkerStarted(handle.rank, handle.pid, time.time()))
+                group.begin_call(started)
                 command = Command(kind, self._calls, body).to_bytes()
                 sent = committed = False
                 try:

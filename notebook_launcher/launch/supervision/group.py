@@ -180,6 +180,14 @@ class WorkerGroup:
             self._read(handle.events)
         self.apply(handle, WorkerExited(handle.rank, handle.exitcode))
 
+    def begin_call(self, started: float) -> None:
+        """A session's next call starts at ``started`` (monotonic): each rank is running again,
+        with nothing of the last call's outcome left on its handle."""
+        for handle in self.handles:
+            handle.result = handle.failed = handle.finished_at = None
+            handle.last_alive = started
+            self.apply(handle, WorkerStarted(handle.rank, handle.pid, time.time()))
+
     def publish(self, event: object) -> None:
         for listener in self.listeners:
             listener(event)

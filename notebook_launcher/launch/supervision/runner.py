@@ -17,7 +17,7 @@ from ..errors import AttemptFailed
 from ..launchers import Launcher, WorkerHandle, make_launcher
 from ..planning.plan import LaunchPlan
 from ..processes.signals import interrupts_deferred
-from ..rendezvous import open_rendezvous
+from ..rendezvous import Attempt, Rendezvous, open_rendezvous
 from ..result import LaunchResult
 from .group import WorkerGroup
 from .output import OutputSink
@@ -39,17 +39,8 @@ def launch(
     ``listeners`` get every event; setting ``stop`` tears the run down (LaunchStoppedError);
     ``streams`` replace the kernel's stdout and stderr for worker lines.
     """
-    shared_files.reclaim_orphans()  # the shared memory of kernels that were killed
-    launcher = make_launcher(plan)
-    launcher.prepare()
-    payload = launcher.payload(function, args)
-    stdout, stderr = streams or (None, None)
-    sink = OutputSink(
-        plan.output,
-        lambda rank: plan.prefix(rank, rank % plan.num_processes),
-        stdout=stdout,
-        stderr=stderr,
-    )
+    launcher, payload = prepared_launcher(plan, function, args)
+    sink = output_sink(plan, streams)
     started = time.monotonic()
     deadline = None if plan.timeout is None else started + plan.timeout
     rendezvous = open_rendezvous(plan, sink.notice)  # shared by the nodes of a multi-node launch
@@ -86,7 +77,7 @@ def launch(
 
 def _attempt(
     plan: LaunchPlan,
-    rendezvous: Any,
+    rendezvous: Rendezvous,
     launcher: Launcher,
     payload: Any,
     restart: int,
@@ -102,10 +93,7 @@ def _attempt(
         supervisor = None
         interrupted = False
         try:
-            specs = [worker_spec(plan, r, attempt.port, restart) for r in range(plan.num_processes)]
-            with interrupts_deferred():  # started workers are always recorded, so torn down
-                handles = launcher.start_group(specs, payload, time.monotonic())
-            attempt.workers_started()
+            start_workers(launcher, payload, plan, attempt, restart, handles.extend)
             supervisor = Supervisor(
                 handles,
                 sink,
@@ -138,6 +126,53 @@ def _attempt(
             raise KeyboardInterrupt("the kernel was interrupted; every worker has been stopped")
         attempt.finish(deadline)  # multi-node: the other nodes' ranks have returned too
         return payloads
+
+
+def prepared_launcher(
+    plan: LaunchPlan, function: Callable[..., Any], args: tuple
+) -> tuple[Launcher, Any]:
+    """The launcher of ``plan``, prepared, and the payload its workers get to run
+    ``function(*args)``."""
+    shared_files.reclaim_orphans()  # the shared memory of kernels that were killed
+    launcher = make_launcher(plan)
+    launcher.prepare()
+    return launcher, launcher.payload(function, args)
+
+
+def output_sink(plan: LaunchPlan, streams: tuple[Any, Any] | None = None) -> OutputSink:
+    """Where the workers' lines go, labelled as ``plan`` says (``streams`` replace the
+    kernel's stdout and stderr)."""
+    stdout, stderr = streams or (None, None)
+    return OutputSink(
+        plan.output,
+        lambda rank: plan.prefix(rank, rank % plan.num_processes),
+        stdout=stdout,
+        stderr=stderr,
+    )
+
+
+def start_workers(
+    launcher: Launcher,
+    payload: Any,
+    plan: LaunchPlan,
+    attempt: Attempt,
+    restart: int,
+    record: Callable[[list[WorkerHandle]], object],
+    session: bool = False,
+) -> list[WorkerHandle]:
+    """Start this node's workers of attempt ``restart`` and tell the rendezvous they started.
+
+    ``record`` is handed the workers before an interrupt can land, so whatever happens next,
+    the caller knows every process it has to tear down.
+    """
+    specs = [
+        worker_spec(plan, r, attempt.port, restart, session) for r in range(plan.num_processes)
+    ]
+    with interrupts_deferred():
+        handles = launcher.start_group(specs, payload, time.monotonic())
+        record(handles)
+    attempt.workers_started()
+    return handles
 
 
 def worker_spec(

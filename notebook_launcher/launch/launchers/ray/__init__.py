@@ -28,6 +28,7 @@ from ....protocol.names import RAY_RANK_ACTOR, entry_point
 from ....protocol.node_environment import describe_node, modules_imported
 from ....protocol.spec import WorkerSpec
 from ...errors import ClusterError
+from ...planning.plan import LaunchPlan
 from ..base import Launcher, WorkerHandle
 from ..remote.links import Commands, Relay, RemoteHandle, close_writers, new_handle
 from .joining import PLACEMENT_POLL, Placement, first_lines, join, reserve, uploaded
@@ -55,13 +56,13 @@ class RayLauncher(Launcher):
         "shipped with RayCluster(runtime_env={'py_modules': [...]})."
     )
 
-    def __init__(self, plan: Any = None) -> None:
+    def __init__(self, plan: LaunchPlan | None = None) -> None:
         self.plan = plan
         self.ray: Any = None
         self._actor_class: Any = None
 
     @classmethod
-    def for_plan(cls, plan: Any) -> Launcher:
+    def for_plan(cls, plan: LaunchPlan) -> Launcher:
         return cls(plan)
 
     def prepare(self) -> None:
