@@ -5,7 +5,7 @@ Every module of ``notebook_launcher`` is parsed (nothing is imported); each ``im
 function alike. Importing ``a.b.c`` from outside ``a.b`` also runs ``a/b/__init__.py``, so that is
 an edge too (the root package, the public facade everyone passes through, excepted).
 
-The parts and the rules (README, "Layout"):
+The parts and the rules (docs/architecture.md, "Layout"):
 
 * ``utils`` imports no other part; ``protocol`` only ``utils``; ``backends`` only those two.
 * The kernel side (``launch``, ``ui``, ``panel``, ``magics``) and the worker side (``worker``, ``state``,
@@ -194,7 +194,7 @@ def part(module: str) -> str:
 def test_every_module_belongs_to_a_part():
     known = set(ALLOWED) | TOP
     strays = sorted(m for m in MODULES if part(m) not in known)
-    assert not strays, f"modules outside the layout (README, 'Layout'): {strays}"
+    assert not strays, f"modules outside the layout (docs/architecture.md, 'Layout'): {strays}"
 
 
 def test_each_part_imports_only_what_its_layer_allows():
