@@ -48,6 +48,9 @@ class WorkerFailure:
     node_rank: int | None = None  # set in multi-node launches
     call: int | None = None  # a session's call that raised (its process lives on)
     node: str | None = None  # a rank on a cluster: the node it ran on ("ip, node id")
+    # How the process ended where its exit status would mislead (e.g. "killed after it went
+    # silent": the launcher's SIGKILL, not the cause).
+    ended: str | None = None
 
     @classmethod
     def from_event(
@@ -78,7 +81,7 @@ class WorkerFailure:
 
     @property
     def exit(self) -> str:
-        return exit_description(self.exitcode)
+        return self.ended or exit_description(self.exitcode)
 
     def headline(self) -> str:
         node = "" if self.node_rank is None else f"node {self.node_rank}, "
@@ -86,6 +89,8 @@ class WorkerFailure:
             node = f"{self.node}, "
         where = f"rank {self.rank} ({node}local rank {self.local_rank}, pid {self.pid})"
         if self.exc_type is None:
+            if self.ended is not None:
+                return f"{where} was {self.ended}: {self.message}"
             return f"{where} died with {self.exit}: {self.message}"
         short = self.exc_type.rsplit(".", 1)[-1]
         if self.call is not None:

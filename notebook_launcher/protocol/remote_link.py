@@ -5,7 +5,8 @@ The kernel listens; each rank connects and proves it holds the launch's secret b
 sends it a single byte (a connection that cannot is closed having received nothing). The kernel
 then proves it holds the secret too, so a rank never sends its output to an impostor. Each proof
 is an HMAC-SHA256 over a fresh random nonce, the launch attempt and the rank; the kernel accepts
-each (attempt, rank) once.
+each (attempt, rank) once. A rank sends its whole proof at once; a connection that has not within
+:data:`HANDSHAKE_DEADLINE` seconds of being accepted is closed.
 
 After the handshake both sides exchange framed messages (``multiprocessing.connection``'s
 framing), each one tag byte and a body:
@@ -23,6 +24,7 @@ import hmac
 import secrets
 import socket
 import struct
+import time
 from multiprocessing.connection import Connection
 
 EVENT = b"e"  # rank -> kernel: a pickled event
@@ -37,10 +39,18 @@ BEAT_EVERY = 1.0  # seconds between a rank's heartbeats
 STORED = b"\x00stored\x00"
 
 SECRET_BYTES = 32
-HANDSHAKE_TIMEOUT = 10.0  # seconds either side waits for the other's proof
+HANDSHAKE_TIMEOUT = 10.0  # seconds a rank waits for the kernel's proof
+# Seconds a connection has, from the moment the kernel accepted it, to prove it holds the
+# secret (all of it: a client that trickles a byte at a time is cut off all the same).
+HANDSHAKE_DEADLINE = 5.0
+# Seconds a rank keeps trying to reach the kernel (refused, reset or unanswered connections: a
+# listener busy with a flood of other connections), each try bounded by HANDSHAKE_TIMEOUT.
+JOIN_WITHIN = 60.0
+JOIN_RETRY = 0.2  # seconds between a rank's tries
 _NONCE = 32
 _DIGEST = hashlib.sha256().digest_size
 _HELLO = struct.Struct("!II")  # attempt, rank
+HELLO_SIZE = _NONCE + _HELLO.size + _DIGEST  # what a rank sends first, all of its handshake
 
 
 class AuthenticationFailed(ConnectionError):
@@ -66,20 +76,41 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes:
     return data
 
 
-def accept_rank(
-    sock: socket.socket, secret: bytes, timeout: float = HANDSHAKE_TIMEOUT
-) -> tuple[int, int]:
-    """The kernel's side of the handshake on a freshly accepted socket: the ``(attempt, rank)``
-    the rank proved it is. Raises :class:`AuthenticationFailed` (nothing was sent) or OSError;
-    the caller closes the socket then."""
-    sock.settimeout(timeout)
-    hello = _read_exactly(sock, _NONCE + _HELLO.size + _DIGEST)
+def check_hello(hello: bytes, secret: bytes) -> tuple[int, int, bytes]:
+    """A rank's first :data:`HELLO_SIZE` bytes checked: ``(attempt, rank, answer)``, where
+    ``answer`` is the kernel's proof to send back. Raises :class:`AuthenticationFailed` if the
+    sender does not hold ``secret``."""
+    if len(hello) != HELLO_SIZE:
+        raise AuthenticationFailed("the handshake had the wrong length")
     nonce, header, proof = hello[:_NONCE], hello[_NONCE:-_DIGEST], hello[-_DIGEST:]
     if not hmac.compare_digest(proof, _proof(secret, b"rank", nonce, header)):
         raise AuthenticationFailed("a connection without the launch's secret was refused")
-    sock.sendall(_proof(secret, b"kernel", nonce, header))
-    sock.settimeout(None)
     attempt, rank = _HELLO.unpack(header)
+    return attempt, rank, _proof(secret, b"kernel", nonce, header)
+
+
+def accept_rank(
+    sock: socket.socket, secret: bytes, timeout: float = HANDSHAKE_DEADLINE
+) -> tuple[int, int]:
+    """The kernel's side of the handshake on a freshly accepted (blocking) socket, within
+    ``timeout`` seconds in all: the ``(attempt, rank)`` the rank proved it is. Raises
+    :class:`AuthenticationFailed` (nothing was sent), TimeoutError or OSError; the caller
+    closes the socket then."""
+    deadline = time.monotonic() + timeout
+    hello = b""
+    while len(hello) < HELLO_SIZE:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no complete handshake within {timeout:g} s")
+        sock.settimeout(left)
+        chunk = sock.recv(HELLO_SIZE - len(hello))
+        if not chunk:
+            raise AuthenticationFailed("the connection closed during the handshake")
+        hello += chunk
+    attempt, rank, answer = check_hello(hello, secret)
+    sock.settimeout(max(0.1, deadline - time.monotonic()))
+    sock.sendall(answer)
+    sock.settimeout(None)
     return attempt, rank
 
 
@@ -89,9 +120,33 @@ def join_kernel(
     attempt: int,
     rank: int,
     timeout: float = HANDSHAKE_TIMEOUT,
+    within: float = JOIN_WITHIN,
 ) -> socket.socket:
     """The rank's side: connect to the kernel at ``address`` and prove who it is; the kernel's
-    proof is checked before anything else is sent."""
+    proof is checked before anything else is sent. A connection refused, reset or unanswered
+    (each try bounded by ``timeout``) is tried again until ``within`` seconds passed; a kernel
+    that answers without the secret is not."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return _join_once(address, secret, attempt, rank, timeout)
+        except AuthenticationFailed as error:
+            if "closed during" not in str(error) or time.monotonic() >= deadline:
+                raise
+        except OSError as error:
+            if time.monotonic() >= deadline:
+                raise ConnectionError(
+                    f"could not reach the kernel at {address[0]}:{address[1]} within {within:g} s "
+                    f"({error.strerror or type(error).__name__}): its listener refused, reset or "
+                    "did not answer every try (too many other connections to it, a firewall, or "
+                    "the kernel is gone)"
+                ) from error
+        time.sleep(JOIN_RETRY)
+
+
+def _join_once(
+    address: tuple[str, int], secret: bytes, attempt: int, rank: int, timeout: float
+) -> socket.socket:
     sock = socket.create_connection(address, timeout=timeout)
     try:
         nonce = secrets.token_bytes(_NONCE)

@@ -235,3 +235,16 @@ def test_more_processes_than_gpus_are_refused_when_planned():
     message = str(info.value)
     assert "num_processes=2" in message and "1 GPU:" in message
     assert "at most one process per GPU" in message
+
+
+def test_settings_a_cluster_does_not_use_are_refused_naming_them():
+    from notebook_launcher import RayCluster
+
+    with pytest.raises(ValueError, match=r"use_port=29501 .*cluster='ray'.*rendezvous"):
+        plan_launch(num_processes=2, cluster="ray", use_port=29501)
+    with pytest.raises(ValueError, match=r"use_port='0' .*cluster=RayCluster"):
+        plan_launch(num_processes=2, cluster=RayCluster(timeout=5), use_port="0")
+    plan_launch(num_processes=2, cluster="ray", use_port="29500")  # the default, as a str
+    with pytest.raises(ValueError, match=r"runtime_env=\{'bogus_key': 1\}.*'bogus_key'.*pip"):
+        RayCluster(runtime_env={"bogus_key": 1})
+    RayCluster(runtime_env={"env_vars": {"A": "1"}, "pip": ["six"]})

@@ -37,18 +37,24 @@ def sleep_on(folder: str):
     time.sleep(120)
 
 
+def _both_sleeping(folder: Path, settings: RayCluster):
+    """A launch of 2 ranks running :func:`sleep_on`, once both run."""
+    handle = launch_in_background(
+        sleep_on, args=(str(folder),), num_processes=2, cluster=settings, ui="none"
+    )
+    deadline = time.monotonic() + 120
+    while not all((folder / f"ready{r}").exists() for r in (0, 1)):
+        assert time.monotonic() < deadline and not handle.done, handle.exception
+        time.sleep(0.05)
+    return handle
+
+
 def _running_on_a_new_node(cluster, tmp_path, settings: RayCluster):
     """A node added for the test, and a launch of 2 ranks sleeping, one on it and one on the
     lane's second node: ``(node, handle, the rank on the node)`` once both ranks run."""
     doomed = cluster.add_node(**NODE_ARGS, resources={"slot": 2, "pair": 1})
     cluster.wait_for_nodes()
-    handle = launch_in_background(
-        sleep_on, args=(str(tmp_path),), num_processes=2, cluster=settings, ui="none"
-    )
-    deadline = time.monotonic() + 120
-    while not all((tmp_path / f"ready{r}").exists() for r in (0, 1)):
-        assert time.monotonic() < deadline and not handle.done, handle.exception
-        time.sleep(0.05)
+    handle = _both_sleeping(tmp_path, settings)
     (rank,) = {r for r in (0, 1) if (tmp_path / f"ready{r}").read_text() == doomed.node_id}
     return doomed, handle, rank
 
@@ -150,9 +156,69 @@ def test_a_node_that_stops_answering_ends_the_run_within_node_timeout(cluster, t
         cluster.remove_node(doomed, allow_graceful=False)
     text = str(handle.exception)
     assert isinstance(handle.exception, WorkersFailedError)
-    assert f"rank {rank} " in text and "its node stopped answering" in text
+    # Its only rank: a frozen rank and a frozen node look the same from here, and both are said.
+    assert f"rank {rank} stopped answering" in text and "or its node frozen" in text, text
     assert doomed.node_id in text and "sent nothing for 5 s" in text
-    assert f"with rank {rank} on it" in text and "node_timeout" in text
+    assert "was killed after it went silent" in text and "SIGKILL" not in text
+    assert "node_timeout" in text
     assert f"Stopped because of this failure: rank {1 - rank}" in text
     assert 5 <= took < 15
     print(f"node frozen to error: {took:.2f} s")
+
+
+def test_a_frozen_rank_alone_on_its_node_is_named_not_its_node(cluster, tmp_path):
+    """One rank SIGSTOPped while its node and Ray stay healthy: the rank stopped answering, and
+    Ray still sees its node (not "its node stopped answering ... died with signal SIGKILL")."""
+    spread = RayCluster(
+        resources_per_process={"CPU": 1, "slot": 1},
+        placement="spread",
+        node_timeout=5,
+        timeout=START,
+    )
+    handle = _both_sleeping(tmp_path, spread)
+    deadline = time.monotonic() + 120
+    nodes = [(tmp_path / f"ready{r}").read_text() for r in (0, 1)]
+    assert nodes[0] != nodes[1], "placement='spread' put both ranks on one node"
+    frozen = psutil.Process(int((tmp_path / "pid1").read_text()))
+    frozen.send_signal(signal.SIGSTOP)
+    try:
+        while not handle.done:
+            assert time.monotonic() < deadline + 60, "a silent rank was not noticed"
+            time.sleep(0.05)
+    finally:
+        try:
+            frozen.send_signal(signal.SIGCONT)
+        except psutil.Error:
+            pass
+    text = str(handle.exception)
+    assert isinstance(handle.exception, WorkersFailedError)
+    assert "rank 1 stopped answering" in text and "sent nothing for 5 s" in text, text
+    assert f"it was alone on node 1 at {LOOPBACK}" in text and nodes[1] in text
+    assert "Ray still sees it as alive" in text
+    assert "its node stopped answering" not in text and "SIGKILL" not in text
+    assert "Stopped because of this failure: rank 0" in text
+
+
+def test_a_node_removed_between_session_calls_is_named_in_the_notice_and_the_next_call(
+    cluster, capsys
+):
+    doomed = cluster.add_node(**NODE_ARGS, resources={"slot": 2, "pair": 1})
+    cluster.wait_for_nodes()
+    session = Session(num_processes=2, cluster=PAIRED, ui="none")
+    try:
+        rank = session.run(_on, doomed.node_id).values.index(1)
+        capsys.readouterr()
+        cluster.remove_node(doomed)  # the session is idle: no call runs
+        deadline = time.monotonic() + 60
+        while session.state == "alive":
+            assert time.monotonic() < deadline, "the lost node was not noticed between calls"
+            time.sleep(0.05)
+        with pytest.raises(SessionBrokenError) as info:
+            session.exec("1")
+        said = capsys.readouterr()
+        for text in (said.out + said.err, str(info.value)):
+            assert f"rank {rank} died" in text and "its node was lost" in text, text
+            assert doomed.node_id in text and f"address {LOOPBACK}" in text
+            assert f"with rank {rank} on it" in text
+    finally:
+        session.close()

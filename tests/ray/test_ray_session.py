@@ -12,6 +12,7 @@ import time
 
 import cloudpickle
 import pytest
+from helpers.memory import held_then_left
 from helpers.raycluster import SLOTS, START, held_groups, listening, live_actors
 
 from notebook_launcher import RayCluster, Session, SessionBrokenError
@@ -156,3 +157,12 @@ def test_a_ddp_model_across_nodes_survives_failures_inside_its_collectives():
         finally:
             timer.cancel()
         _same_model_trains_on(session, model_ids)
+
+
+def test_pulled_values_are_released_when_dropped():
+    cluster = RayCluster(resources_per_process=SLOTS, timeout=START)
+    with Session(num_processes=2, cluster=cluster, ui="none") as session:
+        held, left = held_then_left(session)
+        print(f"Ray session, 2 x 200 MB pulled: {held:.0f} MB held, {left:.0f} MB after del")
+        assert held > 300, "the values were not measured (every page read)"
+        assert left < 100, f"{left:.0f} MB of dropped values still held by the kernel"

@@ -80,6 +80,11 @@ class WorkerHandle:
         never here, where the process's end is seen at once."""
         return False
 
+    def ended_as(self) -> str | None:
+        """How the process ended where its exit status would mislead (the launcher killed it
+        after it went silent); None otherwise."""
+        return None
+
     def outside_stop(self) -> str | None:
         """Why the rank got a stop signal the launcher did not send, where the launcher can tell
         (its node was shutting down); None otherwise."""

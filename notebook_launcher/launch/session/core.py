@@ -426,6 +426,9 @@ class Session:
                         add_note(error, NOTHING_PUSHED)
                     raise with_session_notes(error, supervisor) from error.__cause__
                 values = [p.load() if p is not None else None for p in payloads]
+                del payloads
+                for handle in group.handles:  # the values are the caller's alone from now
+                    handle.result = None
                 panel = RunPanel(view.model) if view is not None else None
                 return LaunchResult(values, 0, time.monotonic() - started, panel=panel)
             finally:
@@ -468,8 +471,14 @@ class Session:
                 if dead:
                     handle = dead[0]
                     why = f"rank {handle.rank} died (exit code {handle.exitcode})"
-                    if handle.stopped_from_outside:
-                        why += f": {handle.outside_stop() or OUTSIDE_STOP}"
+                    # As a call names it: a lost node (node, address, ranks), where known.
+                    told = (
+                        handle.outside_stop() or OUTSIDE_STOP
+                        if handle.stopped_from_outside
+                        else handle.death()
+                    )
+                    if told:
+                        why += f": {told}"
                     group.sink.notice(
                         f"notebook_launcher: {why}; the session is broken: {RESTART_HINT}"
                     )

@@ -238,7 +238,12 @@ class Supervisor:
         # Died without a word: the crash report stands in for a traceback.
         crash = "\n".join(trim_kernel_frames(self.sink.crash_report(handle.rank)))
         return WorkerFailure(
-            rank=handle.rank, exc_type=None, message=self._death(handle), traceback=crash, **known
+            rank=handle.rank,
+            exc_type=None,
+            message=self._death(handle),
+            traceback=crash,
+            ended=handle.ended_as(),
+            **known,
         )
 
     def _stopped_from_outside(self, handle: WorkerHandle, failure: WorkerFailure) -> WorkerFailure:

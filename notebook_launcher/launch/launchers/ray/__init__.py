@@ -223,10 +223,19 @@ class ClusterAttempt:
                 "waits longer"
             )
         host, port = self.relay.address
+        gate = self.relay.gate
+        if gate.trouble is not None:
+            return ClusterError(
+                f"rank {', '.join(map(str, missing))} did not connect to this kernel {waited}: "
+                f"{gate.trouble}. Raise the limit (`ulimit -n` before starting Jupyter, or "
+                "resource.setrlimit(resource.RLIMIT_NOFILE, ...) in the kernel) or close what "
+                f"holds them. {gate.unauthenticated()}".rstrip()
+            )
+        seen = gate.unauthenticated()
         return ClusterError(
             f"rank {', '.join(map(str, missing))} did not connect to this kernel {waited} "
             f"(listening on {host}:{port}): can the nodes reach this kernel at that address? "
-            "(RayCluster(timeout=...) waits longer)"
+            "(RayCluster(timeout=...) waits longer)" + (f"; {seen}" if seen else "")
         )
 
     def _check_nodes(self, deadline: float, every: bool = False) -> None:
@@ -299,17 +308,38 @@ class ClusterAttempt:
             if all(now - handle.heard >= limit for handle in handles):
                 death = self._silent(node_id, limit)
                 for handle in handles:
+                    handle.process.silent = True
                     handle.process.ended(-9, death)
 
     def _silent(self, node_id: str, limit: float) -> str:
-        rank = self.placement.ranks_on(node_id)[0]
+        """Why the ranks of ``node_id`` were ended when none sent anything for ``limit`` s: a
+        rank alone on its node may be frozen itself, or its node may be; several ranks of one
+        node all silent mean the node. Says whether Ray still sees the node."""
+        ranks = self.placement.ranks_on(node_id)
+        where = (
+            f"{self.handles[ranks[0]].node.split(',')[0]} (address "
+            f"{self.placement.addresses.get(node_id, '?')}, Ray node {node_id})"
+        )
+        alive = next((n.get("Alive") for n in self._nodes() if n.get("NodeID") == node_id), None)
+        ray_view = {True: "Ray still sees it as alive", False: "Ray shows it as dead"}.get(
+            alive, "Ray no longer lists it"
+        )
+        after = (
+            "the other ranks were stopped (RayCluster(node_timeout=...) sets how long a rank may "
+            "be silent)"
+        )
+        if len(ranks) == 1:
+            return (
+                f"rank {ranks[0]} stopped answering: it sent nothing for {limit:g} s, not even "
+                "the heartbeat it sends every second from a thread of its own (its process "
+                "frozen or stuck outside Python, or its node frozen or cut off from this "
+                f"kernel); it was alone on {where}: {ray_view}; {after}"
+            )
         return (
-            f"its node stopped answering: {self.handles[rank].node.split(',')[0]} (address "
-            f"{self.placement.addresses.get(node_id, '?')}, Ray node {node_id}) sent nothing for "
-            f"{limit:g} s, not even the heartbeat each rank sends every second (frozen, cut off "
-            f"from this kernel, or gone without closing its connections), with rank "
-            f"{', '.join(map(str, self.placement.ranks_on(node_id)))} on it; the other ranks "
-            "were stopped (RayCluster(node_timeout=...) sets how long a node may be silent)"
+            f"its node stopped answering: {where} sent nothing for {limit:g} s, not even the "
+            "heartbeat each rank sends every second (frozen, cut off from this kernel, or gone "
+            f"without closing its connections), with rank {', '.join(map(str, ranks))} on it, "
+            f"all silent: {ray_view}; {after}"
         )
 
     def _ended(self, handle: RemoteHandle, ref: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -15,6 +16,8 @@ from .settings import RayCluster
 logger = logging.getLogger(__name__)
 INSTALL_HINT = 'pip install "notebook_launcher[ray]"'
 PLACEMENT_POLL = 0.05  # seconds between looks at a placement group being reserved
+REACH_RETRY = 0.5  # seconds between attempts to reach a cluster's control service
+LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 _told: set[str] = set()  # the clusters this kernel already said it uses
 
 
@@ -33,18 +36,90 @@ def import_ray() -> Any:
 def join(settings: RayCluster) -> Any:
     """Be the driver of the cluster ``settings`` names, as ``ray.init()`` would choose it: the
     one this kernel already joined, ``address``, ``RAY_ADDRESS``, a cluster started on this
-    machine, else a new local instance. Says once per cluster which one it uses."""
+    machine, else a new local instance. Says once per cluster which one it uses.
+
+    Raises:
+        ClusterError: ``address`` names another cluster than the one this kernel joined (Ray
+            allows one per driver), or its control service cannot be reached within
+            ``settings.timeout`` (an interrupt ends the wait at once).
+    """
     ray = import_ray()
     if ray.is_initialized():
+        joined = getattr(ray.get_runtime_context(), "gcs_address", "") or ""
+        if not same_cluster(settings.address, joined):
+            raise ClusterError(
+                f"RayCluster(address={settings.address!r}) names another cluster than the one "
+                f"this kernel already joined ({joined or 'unknown address'}): a kernel is the "
+                "driver of one Ray cluster at a time. Leave address out (or give that one) to "
+                "use it, or call ray.shutdown() (or restart the kernel) to join another."
+            )
         _say(ray, "uses the Ray cluster this kernel joined")
         return ray
     address = settings.address or os.environ.get("RAY_ADDRESS") or None
+    if address is not None:
+        reach(address, settings.timeout)
     # Output travels over the launch's own socket, labelled by rank: Ray's copy of it would
     # print each line again, unlabelled, in whichever cell runs at the time.
     ray.init(address=address, include_dashboard=False, log_to_driver=False)
     started = getattr(getattr(ray._private.worker, "_global_node", None), "head", False)
     _say(ray, "started a local Ray instance" if started else "joined the Ray cluster")
     return ray
+
+
+def host_port(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a cluster address ("host:port", "ray://host:port"); None for one
+    that names no such pair ("auto", "local")."""
+    rest = address.strip().split("://", 1)[-1].rstrip("/")
+    host, _, port = rest.rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def same_cluster(address: str | None, joined: str) -> bool:
+    """Whether ``address`` (a RayCluster's) names the cluster at ``joined`` (the GCS address
+    this kernel joined), or names none in particular (None, "auto")."""
+    wanted, have = host_port(address or ""), host_port(joined)
+    if address is None or wanted is None or have is None:
+        return address is None or address.strip().lower() == "auto"
+    if wanted[1] != have[1]:
+        return False
+    return {wanted[0], have[0]} <= set(LOCAL_NAMES) or _resolved(wanted[0]) == _resolved(have[0])
+
+
+def _resolved(host: str) -> str:
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        return host
+
+
+def reach(address: str, timeout: float) -> None:
+    """Return once the control service at ``address`` accepts a TCP connection, trying again
+    every :data:`REACH_RETRY` seconds; a :class:`ClusterError` after ``timeout`` seconds. (Ray
+    itself keeps trying for minutes, in a call an interrupt cannot end.)"""
+    target = host_port(address)
+    if target is None:
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection(target, timeout=max(0.1, min(REACH_RETRY * 2, left))):
+                return
+        except OSError as error:
+            reason = error.strerror or type(error).__name__
+            if isinstance(error, TimeoutError | socket.timeout):
+                reason = "no answer"
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ClusterError(
+                f"could not reach the Ray cluster at {address}: its control service (GCS) did "
+                f"not accept a connection within {timeout:g} s ({reason}). Is the cluster "
+                "running, and is this its head node's address (as `ray start --head` printed "
+                "it)? RayCluster(timeout=...) sets how long to try."
+            )
+        time.sleep(min(REACH_RETRY, left))
 
 
 def uploaded(ray: Any, runtime_env: Any) -> dict | None:

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ....protocol.node_environment import AGREED, NodeEnvironment, version_of
+from ..remote.gate import exhausted
 from .joining import first_lines
 
 PACKAGE = "notebook_launcher"
+RAN_OUT = "its Ray actor could not answer: a resource ran out"
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,9 @@ def actor_failed(error: BaseException) -> tuple[str, ...]:
     text = str(error)
     if f"No module named '{PACKAGE}" in text:
         return (f"{PACKAGE} is not installed there (No module named '{PACKAGE}')",)
+    ran_out = exhausted(error)
+    if ran_out is not None:
+        return (f"{RAN_OUT} (it {ran_out}): {first_lines(error)}",)
     return (f"its Ray actor could not start: {first_lines(error)}",)
 
 
@@ -97,7 +102,13 @@ def report(problems: list[NodeProblem], torch_note: str | None, modules: tuple[s
             f"  install {', '.join(installed)} on every node, or have Ray install them for the "
             f"launch: RayCluster(runtime_env={{'pip': {installed!r}}})"
         )
-    if torch_note or not (own or installed or PACKAGE in lacking):
+    if RAN_OUT in lacking:
+        lines.append(
+            "  nothing is missing on the nodes: raise the limit that ran out (open files: "
+            "`ulimit -n` before starting Jupyter, or resource.setrlimit(RLIMIT_NOFILE, ...) in "
+            "the kernel), or close what holds them, then launch again"
+        )
+    elif torch_note or not (own or installed or PACKAGE in lacking):
         lines.append("  install the same versions as this kernel's on every node")
     return "\n".join(lines)
 

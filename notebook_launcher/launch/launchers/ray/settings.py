@@ -26,6 +26,27 @@ NOT_ON_A_CLUSTER = (
     ("rdzv_backend", "static", "rank 0's actor hosts the rendezvous"),
     ("rdzv_endpoint", "", "rank 0's actor hosts the rendezvous"),
     ("start_method", "fork", "each rank runs in its own Ray actor process"),
+    ("use_port", 29500, "rank 0's actor hosts the rendezvous on a free port of its node"),
+)
+# The keys Ray's runtime_env takes (ray 2.x); anything else would be passed on and ignored, or
+# fail on the nodes long after the launch started.
+RUNTIME_ENV_KEYS = (
+    "config",
+    "conda",
+    "container",
+    "env_vars",
+    "excludes",
+    "image_uri",
+    "java_jars",
+    "mpi",
+    "nsight",
+    "pip",
+    "py_executable",
+    "py_modules",
+    "rocprof_sys",
+    "uv",
+    "working_dir",
+    "worker_process_setup_hook",
 )
 TPU_RESOURCES = ("TPU",)
 MIN_NODE_TIMEOUT = 3.0  # seconds: a few of the ranks' heartbeats
@@ -46,9 +67,11 @@ class RayCluster:
             resources of your nodes work too (numbers, at least one above zero).
         placement: "pack" (fill few nodes first) or "spread" (one node after another).
         runtime_env: Ray's ``runtime_env`` for the ranks' actors (``pip``, ``py_modules``,
-            ``env_vars`` ...), how code and packages reach the nodes.
-        timeout: seconds to wait for the cluster to hold every rank at once and for the ranks'
-            actors to start (an error names what was requested and what the cluster has).
+            ``env_vars`` ...), how code and packages reach the nodes; a key Ray does not take
+            is refused.
+        timeout: seconds to wait for the cluster's control service when joining it, for the
+            cluster to hold every rank at once and for the ranks' actors to start (an error
+            names what was requested and what the cluster has).
         node_timeout: seconds a node may send nothing at all (each rank sends a heartbeat every
             second, from a thread of its own) before it is taken as lost: frozen, cut off from
             this kernel, or gone without closing its connections. Ray's own health checks take
@@ -79,10 +102,7 @@ class RayCluster:
                 self.placement,
                 "allowed values are " + ", ".join(map(repr, PLACEMENTS)),
             )
-        if self.runtime_env is not None and not isinstance(self.runtime_env, Mapping):
-            raise invalid(
-                "runtime_env", self.runtime_env, "expected None or a dict (Ray's runtime_env)"
-            )
+        _check_runtime_env(self.runtime_env)
         timeout = check_seconds("timeout", self.timeout, allow_none=False)
         node_timeout = check_seconds(
             "node_timeout", self.node_timeout, allow_none=False, low=MIN_NODE_TIMEOUT
@@ -159,6 +179,22 @@ def _resources(value: object) -> tuple[tuple[str, float], ...]:
     return tuple(sorted(items))
 
 
+def _check_runtime_env(env: object) -> None:
+    """``runtime_env``: None or a dict whose keys are all keys Ray's runtime_env takes."""
+    if env is None:
+        return
+    if not isinstance(env, Mapping):
+        raise invalid("runtime_env", env, "expected None or a dict (Ray's runtime_env)")
+    unknown = [key for key in env if key not in RUNTIME_ENV_KEYS]
+    if unknown:
+        raise invalid(
+            "runtime_env",
+            env,
+            f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+            f"the keys Ray's runtime_env takes are {', '.join(RUNTIME_ENV_KEYS)}",
+        )
+
+
 def _frozen(env: Mapping) -> Any:
     """A runtime_env kept as given (a dict copy: the record must not change under the user)."""
     return dict(env)
@@ -181,7 +217,8 @@ def check_cluster(value: object) -> RayCluster | None:
 def check_cluster_settings(cluster: RayCluster, given: Mapping[str, Any]) -> None:
     """Refuse the settings that mean nothing on a cluster (``given``: the launch settings)."""
     for name, unused, why in NOT_ON_A_CLUSTER:
-        if given.get(name, unused) != unused:
+        value = given.get(name, unused)
+        if value != unused and not (name == "use_port" and str(value).strip() == str(unused)):
             raise invalid(
                 name,
                 given[name],

@@ -25,10 +25,11 @@ from ....protocol.channel import LineSplitter
 from ....protocol.names import STOP_SIGNAL
 from ....protocol.results import Received
 from ..base import WorkerHandle
+from .gate import MAX_PENDING, Gate
 
 logger = logging.getLogger(__name__)
 EOF_WAIT = 1.0  # seconds a rank's socket may stay open after Ray reported its end
-ACCEPT_BACKLOG = 256
+SILENT_END = "killed after it went silent"  # a rank ended for sending nothing, as errors say
 NODE_SETTLE = 2.0  # seconds a node that sent its ranks SIGTERM may take to show as gone
 
 
@@ -53,6 +54,7 @@ class RemoteProcess:
         self._connected = False
         self._disconnected = False
         self.killed = False  # the kernel killed it: what it had still to send does not matter
+        self.silent = False  # ended because nothing came from it for too long
 
     def join(self, timeout: float | None = None) -> None:
         self._done.wait(timeout)
@@ -182,12 +184,15 @@ class RemoteHandle(WorkerHandle):
         return results.receive(payload)
 
     def death(self) -> str | None:
-        # A rank killed while its node went down (the kernel's teardown came first) is told by
-        # the node's state, not by its end.
-        return self.process.death or self.attempt.lost_node(self)
+        # A rank killed while its node went down (the kernel's teardown came first, or the
+        # node's end showed only after the rank's) is told by the node's state, not by its end.
+        return self.attempt.lost_node(self) or self.process.death
 
     def ending(self) -> bool:
         return self.process.ending
+
+    def ended_as(self) -> str | None:
+        return SILENT_END if self.process.silent else None
 
     def outside_stop(self) -> str | None:
         # A node shutting down sends its processes SIGTERM before it leaves: the cluster shows
@@ -253,29 +258,41 @@ class _Reader:
 class Relay:
     """The listener of one attempt and the thread that relays its ranks' messages.
 
-    ``expected`` maps each rank to its handle; a connection is accepted once per rank, after
-    it proved it holds ``secret`` (a connection that does not is closed having received
-    nothing).
+    ``handles`` are the ranks expected; a connection is accepted once per rank, after it proved
+    it holds ``secret`` (one that does not is closed having received nothing). Connections are
+    accepted and authenticated by a :class:`~.gate.Gate`, within its deadline and bound on
+    waiting connections (``max_pending``, ``deadline``).
     """
 
-    def __init__(self, host: str, secret: bytes, attempt: int, handles: list[RemoteHandle]):
+    def __init__(
+        self,
+        host: str,
+        secret: bytes,
+        attempt: int,
+        handles: list[RemoteHandle],
+        max_pending: int = MAX_PENDING,
+        deadline: float = remote_link.HANDSHAKE_DEADLINE,
+    ):
         self.secret = secret
         self.attempt = attempt
         self.handles = {h.rank: h for h in handles}
-        self.listener = socket.create_server((host, 0), backlog=ACCEPT_BACKLOG)
-        self.address = self.listener.getsockname()[:2]
-        self.refused = 0  # connections that failed the handshake
         self._wake_r, self._wake_w = os.pipe()
         self._links: dict[Any, RemoteHandle] = {}
         self._lock = threading.Lock()
         self._stopping = False
         self._all_joined = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._accept, name="notebook_launcher-accept", daemon=True),
-            threading.Thread(target=self._relay, name="notebook_launcher-relay", daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
+        self.gate = Gate(host, secret, self._admit, max_pending, deadline)
+        self.address = self.gate.address
+        self._thread = threading.Thread(
+            target=self._relay, name="notebook_launcher-relay", daemon=True
+        )
+        self._thread.start()
+        logger.info("listening for the ranks of attempt %d on %s:%d", attempt, *self.address)
+
+    @property
+    def refused(self) -> int:
+        """Connections that failed the handshake."""
+        return self.gate.refused
 
     def joined(self) -> bool:
         return self._all_joined.is_set()
@@ -283,26 +300,8 @@ class Relay:
     def wait_joined(self, timeout: float) -> bool:
         return self._all_joined.wait(timeout)
 
-    # -- accepting ----------------------------------------------------------------------------
-
-    def _accept(self) -> None:
-        while not self._stopping:
-            try:
-                sock, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(
-                target=self._handshake, args=(sock,), name="notebook_launcher-join", daemon=True
-            ).start()
-
-    def _handshake(self, sock: socket.socket) -> None:
-        try:
-            attempt, rank = remote_link.accept_rank(sock, self.secret)
-        except (OSError, ValueError) as error:
-            self.refused += 1
-            logger.info("refused a connection to the launch's listener: %s", error)
-            sock.close()
-            return
+    def _admit(self, sock: socket.socket, attempt: int, rank: int) -> None:
+        """A connection that proved it holds the secret: rank ``rank``'s, if it is expected."""
         with self._lock:
             handle = self.handles.get(rank)
             if self._stopping or attempt != self.attempt or handle is None or handle.link:
@@ -366,15 +365,10 @@ class Relay:
         """Stop listening and relaying; every rank's local write ends are closed."""
         with self._lock:
             self._stopping = True
-        for end in (lambda: self.listener.shutdown(socket.SHUT_RDWR), self.listener.close):
-            try:
-                end()  # shutdown wakes the thread blocked in accept(); close alone does not
-            except OSError:
-                pass
+        self.gate.close()
         os.write(self._wake_w, b"x")
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(2.0)
+        if self._thread is not threading.current_thread():
+            self._thread.join(2.0)
         for handle in self.handles.values():
             if handle.link is not None:
                 try:
@@ -382,8 +376,8 @@ class Relay:
                 except OSError:
                     pass
             close_writers(handle)
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)
 
 
 def close_writers(handle: RemoteHandle) -> None:
