@@ -8,6 +8,7 @@ the package, the tests, the tutorials or the benchmarks import has to come from 
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.metadata
 import json
 import re
@@ -110,8 +111,14 @@ def _local_names(part: str) -> set[str]:
     return names
 
 
+@functools.cache
+def _installed() -> dict[str, list[str]]:
+    """Import name -> installed distributions, read once (it walks every installed package)."""
+    return importlib.metadata.packages_distributions()
+
+
 def _distributions(module: str) -> set[str]:
-    mapping = importlib.metadata.packages_distributions()
+    mapping = _installed()
     dists = {d.lower().replace("_", "-") for d in mapping.get(module, ())}
     if not dists and module in NOT_INSTALLED_HERE:
         dists = {NOT_INSTALLED_HERE[module]}
