@@ -8,6 +8,7 @@ from typing import Any
 from .base import Launcher, WorkerHandle
 from .fork import ForkLauncher
 from .ray import RayLauncher
+from .slurm import SlurmLauncher
 from .spawn import SpawnLauncher
 from .xla import XlaLauncher
 
@@ -16,6 +17,7 @@ LAUNCHERS: dict[str, type[Launcher]] = {
     "spawn": SpawnLauncher,
     "xla": XlaLauncher,
     "ray": RayLauncher,
+    "slurm": SlurmLauncher,
 }
 # What ``start_method=`` accepts; the device may replace it (see ``Backend.start_methods``).
 START_METHODS = tuple(name for name, cls in LAUNCHERS.items() if cls.selectable)
@@ -34,6 +36,7 @@ __all__ = [
     "CLUSTER_START_METHOD",
     "LAUNCHERS",
     "RayLauncher",
+    "SlurmLauncher",
     "START_METHODS",
     "ForkLauncher",
     "Launcher",
