@@ -22,6 +22,7 @@ from ...errors import ClusterError
 from . import commands
 
 QUEUE_POLL = 0.5  # seconds between looks at a pending job
+QUIET_QUEUE = 1.0  # seconds a job may be pending before the cell says so
 HOLDER = "exec sleep 2147483647"  # the job's own script: it holds the nodes, the steps do the work
 JOB_NAME = "notebook_launcher"
 
@@ -165,7 +166,7 @@ def _await_running(allocation: Allocation, settings: Any, say: Any) -> list[str]
                 say(f"notebook_launcher: Slurm job {job} is running on {state[2]}")
             return commands.hostnames(state[2])
         text = _pending_text(job, state)
-        if text != shown:
+        if text != shown and time.monotonic() - started >= QUIET_QUEUE:
             say(text)
             shown = text
         waited = time.monotonic() - started
