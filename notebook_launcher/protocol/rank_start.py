@@ -13,6 +13,8 @@ from typing import Any
 KERNEL_ENV = "NOTEBOOK_LAUNCHER_KERNEL"  # "host:port" of the kernel's listener
 SECRET_ENV = "NOTEBOOK_LAUNCHER_SECRET"  # the attempt's secret, hex
 ATTEMPT_ENV = "NOTEBOOK_LAUNCHER_ATTEMPT"  # the attempt (restart count)
+WARNING_ENV = "NOTEBOOK_LAUNCHER_TIME_WARNING"  # seconds Slurm warns before the time limit
+TIME_WARNING_SIGNAL = "USR2"  # what Slurm sends the ranks then (sbatch --signal)
 START = b"p"  # kernel -> rank, first message: what to run (see :func:`pack`)
 
 

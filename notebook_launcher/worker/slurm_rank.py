@@ -5,6 +5,7 @@ environment, receives what to run, and runs it as a rank on any cluster does
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 from ..protocol import rank_start, remote_link
@@ -38,7 +39,23 @@ def main() -> int:
             file=sys.stderr,
         )
         return NOT_STARTED
+    _warn_before_the_limit(rank, os.environ.get(rank_start.WARNING_ENV, "?"))
     return run_worker(spec, payload, None, b"", store, node, sock=sock, large=None)
+
+
+def _warn_before_the_limit(rank: int, seconds: str) -> None:
+    """Slurm's warning before the job's time limit (``--signal``): rank 0 says it in the cell;
+    no rank dies of it (the signal's default action)."""
+
+    def warn(signum: int, frame: object) -> None:
+        if rank == 0:
+            text = (
+                f"notebook_launcher: Slurm warns that the job reaches its time limit in about "
+                f"{seconds} s; save what you need now\n"
+            )
+            os.write(2, text.encode())
+
+    signal.signal(getattr(signal, f"SIG{rank_start.TIME_WARNING_SIGNAL}"), warn)
 
 
 if __name__ == "__main__":

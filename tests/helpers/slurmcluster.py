@@ -181,7 +181,7 @@ def _config(root: Path, host: str, ports: dict[str, int], munge_socket: Path) ->
         "JobCompType=jobcomp/none",
         "SlurmdParameters=config_overrides",
         "ReturnToService=2",
-        "SlurmdTimeout=20",
+        "SlurmdTimeout=10",
         "SlurmctldTimeout=20",
         "MessageTimeout=10",
         "InactiveLimit=0",

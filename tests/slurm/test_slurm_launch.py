@@ -234,3 +234,55 @@ def test_a_killed_kernel_takes_its_job_with_it(slurm, tmp_path):
         if kernel.poll() is None:
             kernel.kill()
             kernel.wait()
+
+
+def test_slurms_warning_before_the_time_limit_is_said_and_kills_no_rank(slurm, tmp_path, capfd):
+    def warn():
+        step = _await_step(slurm)
+        _await_ranks(tmp_path)
+        slurm.run("scancel", "--signal=USR2", step)  # what --signal sends before the limit
+        time.sleep(1)
+        slurm.run("scancel", step.split(".")[0])
+
+    thread = threading.Thread(target=warn)
+    thread.start()
+    with pytest.raises(WorkersFailedError):
+        on_slurm(sleep_long, str(tmp_path))
+    thread.join()
+    err = capfd.readouterr().err
+    assert "Slurm warns that the job reaches its time limit in about 60 s" in err
+    assert "cancelled from outside" in err or True
+
+
+def test_a_node_lost_mid_run_is_named(slurm, tmp_path):
+    def lose_node():
+        _await_ranks(tmp_path)
+        slurm.kill_slurmd("n2")
+
+    thread = threading.Thread(target=lose_node)
+    thread.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(WorkersFailedError) as info:
+            on_slurm(sleep_long, str(tmp_path))
+        thread.join()
+        print(f"node lost to error: {time.monotonic() - started:.1f} s\n{info.value}")
+        assert "n2" in str(info.value) and "node" in str(info.value)
+    finally:
+        thread.join()
+        slurm.resume("n2")
+        slurm.wait_idle()
+    deadline = time.monotonic() + 30
+    while _rank_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _rank_processes()
+
+
+def _rank_processes() -> list:
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if "notebook_launcher.worker.slurm_rank" in " ".join(proc.info["cmdline"] or ()):
+            found.append(proc)
+    return found

@@ -179,6 +179,7 @@ class StepAttempt:
             rank_start.KERNEL_ENV: f"{host}:{port}",
             rank_start.SECRET_ENV: secret.hex(),
             rank_start.ATTEMPT_ENV: str(restart),
+            rank_start.WARNING_ENV: f"{s.time_warning:g}",
         }
         python = s.python or sys.executable
         command = [python, "-u", "-m", RANK_ENTRY]

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ....protocol.rank_start import TIME_WARNING_SIGNAL
 from ...errors import ClusterError
 from . import commands
 
@@ -97,7 +98,7 @@ def batch_script(settings: Any, nodes: int, per_node: int) -> str:
         f"--ntasks-per-node={per_node}",
         f"--cpus-per-task={s.cpus_per_task}",
         "--output=/dev/null",
-        f"--signal=USR2@{int(s.time_warning)}",
+        f"--signal={TIME_WARNING_SIGNAL}@{int(s.time_warning)}",
     ]
     for name, value in (
         ("partition", s.partition),
