@@ -5,6 +5,7 @@ queued. Plain data: nothing here runs a Slurm command."""
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import socket
 from dataclasses import dataclass
@@ -162,6 +163,23 @@ class SlurmCluster:
             return socket.gethostbyname(socket.gethostname())
         except OSError:
             return "127.0.0.1"
+
+    store_text = "a free port on this kernel's address"  # where the ranks meet (the panel)
+
+    @property
+    def placement(self) -> str:
+        """Where the ranks start: a step of this kernel's allocation, or of a new job."""
+        job = os.environ.get("SLURM_JOB_ID")
+        return f"a job step of this kernel's job {job}" if job else "a job step of a new job"
+
+    def where(self, ranks: int) -> str:
+        """'Slurm (partition debug), 4 ranks: 2 nodes x 2 tasks, 1 CPU each' (the panel)."""
+        try:
+            nodes, per_node = self.layout(ranks)
+            shape = f"{nodes} node{'s' if nodes != 1 else ''} × {per_node} tasks"
+        except ValueError:
+            shape = "nodes × tasks not matching"
+        return f"Slurm ({self.describe()}), {ranks} ranks: {shape}, {self.cpus_per_task} CPU each"
 
     def describe(self) -> str:
         """'partition debug, 2 nodes x 2 tasks' (what the panel and errors show)."""
