@@ -16,7 +16,6 @@ failure, memory) tells the kernel how a rank ended.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
 import os
 import shlex
@@ -31,7 +30,8 @@ from ....protocol import rank_start, remote_link
 from ....protocol.spec import WorkerSpec
 from ....utils.listening import bind_listener, serve_store
 from ...errors import ClusterError
-from ..base import Launcher, WorkerHandle
+from ..base import WorkerHandle
+from ..remote.launcher import RemoteLauncher, on_its_node
 from ..remote.links import Commands, Relay, RemoteHandle, close_writers, new_handle
 from . import endings
 from .allocation import Allocation, check_request
@@ -47,25 +47,16 @@ TAIL = 20  # lines of a task's output kept from before it connected
 __all__ = ["SlurmCluster", "SlurmLauncher"]
 
 
-class SlurmLauncher(Launcher):
+class SlurmLauncher(RemoteLauncher):
     """Starts each rank as one task of a Slurm job step (see the module's docstring)."""
 
     start_method = "slurm"
-    selectable = False  # chosen with cluster=, not start_method=
-    ships_by_value = True
     pickle_advice = (
         "On Slurm the function and every argument travel to the ranks by value (cloudpickle): "
         "pass something picklable (a path, a config, plain tensors) and create the object inside "
         "the function. Modules they import must be importable on every node (a shared "
         "filesystem, or SlurmCluster(setup=...) to load them)."
     )
-
-    def __init__(self, plan: Any = None) -> None:
-        self.plan = plan
-
-    @classmethod
-    def for_plan(cls, plan: Any) -> Launcher:
-        return cls(plan)
 
     def prepare(self) -> None:
         """Refuse what Slurm would refuse before anything is queued."""
@@ -142,7 +133,10 @@ class StepAttempt:
             store = (address, self.store.port)
             for handle, spec in zip(self.handles, specs, strict=True):
                 handle.start_message = rank_start.pack(
-                    self._spec(spec, nodes, per_node), payload, store, handle.node
+                    on_its_node(spec, handle.local_rank, per_node, handle.node_rank, nodes),
+                    payload,
+                    store,
+                    handle.node,
                 )
                 if spec.session:  # commands travel over the rank's socket
                     handle.commands = Commands(handle)
@@ -158,18 +152,6 @@ class StepAttempt:
             self.release()
             raise
         return list(self.handles)
-
-    def _spec(self, spec: WorkerSpec, nodes: int, per_node: int) -> WorkerSpec:
-        rank = spec.context.rank
-        context = dataclasses.replace(
-            spec.context,
-            local_rank=rank % per_node,
-            local_world_size=per_node,
-            node_rank=rank // per_node,
-            num_nodes=nodes,
-            shared_memory=False,
-        )
-        return dataclasses.replace(spec, context=context, parent_pid=None)
 
     def _start_step(self, nodes: int, per_node: int, secret: bytes, restart: int) -> None:
         s = self.settings
