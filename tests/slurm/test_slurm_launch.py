@@ -24,6 +24,7 @@ from notebook_launcher import (
     PartialState,
     SlurmCluster,
     WorkersFailedError,
+    WorkerStalledError,
     log,
     notebook_launcher,
 )
@@ -286,3 +287,34 @@ def _rank_processes() -> list:
         if "notebook_launcher.worker.slurm_rank" in " ".join(proc.info["cmdline"] or ()):
             found.append(proc)
     return found
+
+
+def stall_in(folder: str):
+    Path(folder, os.environ["RANK"]).touch()
+    try:
+        time.sleep(120)
+    finally:
+        Path(folder, f"finally{os.environ['RANK']}").touch()
+
+
+def test_a_stall_stops_every_rank_with_their_stacks(slurm, tmp_path):
+    with pytest.raises(WorkerStalledError) as caught:
+        on_slurm(stall_in, str(tmp_path), stall_timeout=3)
+    stacks = caught.value.stacks
+    assert sorted(stacks) == [0, 1]
+    for stack in stacks.values():
+        assert "stall_in" in stack
+    assert "rank 0 was in stall_in" in str(caught.value)
+    assert (tmp_path / "finally0").exists() and (tmp_path / "finally1").exists()
+
+
+def fail_first_attempt():
+    if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" and os.environ["RANK"] == "1":
+        raise RuntimeError("first attempt")
+    return os.environ["SLURM_JOB_ID"]
+
+
+def test_a_restart_starts_every_rank_again_in_a_new_job(slurm, capfd):
+    result = on_slurm(fail_first_attempt, max_restarts=1)
+    assert result.restarts == 1 and len(set(result.values)) == 1
+    assert "restarting all 2 processes (restart 1 of 1)" in capfd.readouterr().err
