@@ -94,5 +94,13 @@ def test_srun_lines_tell_each_tasks_end_and_slurms_reason():
     assert "time limit" in endings.slurm_ending(limit)
     assert "n2" in endings.slurm_ending("srun: error: Node failure on n2")
     memory = "slurmstepd-n1: error: Detected 1 oom_kill event in StepId=4.0."
-    assert "memory" in endings.slurm_ending(memory)
+    assert "memory on n1" in endings.slurm_ending(memory)
+    limit = (
+        "1: slurmstepd-n2: error: StepId=3.0 exceeded memory limit (1178882048 > 1048576000), "
+        "being killed"
+    )
+    said = endings.slurm_ending(limit)
+    assert said.startswith("Slurm killed the job step for memory on n2: StepId=3.0 exceeded")
+    assert endings.more_telling(endings.slurm_ending(cancelled), said)
+    assert not endings.more_telling(said, endings.slurm_ending(cancelled))
     assert endings.slurm_ending("srun: Job step aborted: Waiting up to 4 seconds") is None

@@ -318,3 +318,20 @@ def test_a_restart_starts_every_rank_again_in_a_new_job(slurm, capfd):
     result = on_slurm(fail_first_attempt, max_restarts=1)
     assert result.restarts == 1 and len(set(result.values)) == 1
     assert "restarting all 2 processes (restart 1 of 1)" in capfd.readouterr().err
+
+
+def hog_memory_on_rank_1():
+    if os.environ["RANK"] == "1":
+        blocks = []
+        for _ in range(40):  # 100 MB at a time, touched, past the job's 1000 MB
+            blocks.append(bytearray(100 << 20))
+            blocks[-1][::4096] = b"x" * len(range(0, 100 << 20, 4096))
+            time.sleep(0.2)
+    time.sleep(120)
+
+
+def test_a_step_killed_for_memory_is_named(slurm):
+    cluster = SlurmCluster(nodes=2, mem="1000M", kernel_address="127.0.0.1")
+    with pytest.raises(WorkersFailedError) as info:
+        on_slurm(hog_memory_on_rank_1, cluster=cluster)
+    assert "Slurm killed the job step for memory on n2" in str(info.value)

@@ -256,7 +256,7 @@ class StepAttempt:
                         self._end(self.handles[task], code)
                 continue
             why = endings.slurm_ending(line)
-            if why is not None and self.ending is None and not self._released:
+            if why is not None and endings.more_telling(self.ending, why) and not self._released:
                 self.ending = why
             task, _, text = line.partition(": ")
             self._tails[int(task) if task.strip().isdigit() else -1].append(

@@ -14,7 +14,9 @@ _CANCELLED = re.compile(
     r"(?: DUE TO (?P<why>[A-Z ]+?))?(?: \*\*\*|$)"
 )
 _NODE_FAILURE = re.compile(r"[Nn]ode failure on (?P<node>\S+)")
-_MEMORY = re.compile(r"oom[-_ ]kill|[Ee]xceeded (job|step) memory limit|out of memory", re.I)
+_MEMORY = re.compile(r"oom[-_ ]kill|exceeded (?:job |step )?memory limit|out of memory", re.I)
+_STEPD = re.compile(r"^(?:\d+: )?slurmstepd-(?P<node>[^:\s]+): (?:error: )?")
+FROM_OUTSIDE = "was cancelled from outside this kernel"
 _SIGNALS = {signal.strsignal(s): -int(s) for s in signal.Signals if signal.strsignal(s)}
 _SIGNALS["Killed"] = -int(signal.SIGKILL)
 _SIGNALS["Terminated"] = -int(signal.SIGTERM)
@@ -46,16 +48,22 @@ def slurm_ending(line: str) -> str | None:
             return f"Slurm ended the {what} {found['id']}: it was preempted"
         if why:
             return f"Slurm ended the {what} {found['id']} ({why.lower()})"
-        return (
-            f"the Slurm {what} {found['id']} was cancelled from outside this kernel (scancel, "
-            "or an administrator)"
-        )
+        return f"the Slurm {what} {found['id']} {FROM_OUTSIDE} (scancel, or an administrator)"
     found = _NODE_FAILURE.search(line)
     if found is not None:
         return f"Slurm lost the node {found['node']} (its slurmd stopped answering, node DOWN)"
     if _MEMORY.search(line):
-        return f"Slurm killed a task for memory: {line.strip()}"
+        stepd = _STEPD.search(line)
+        where = f" on {stepd['node']}" if stepd else ""
+        said = _STEPD.sub("", line.strip())
+        return f"Slurm killed the job step for memory{where}: {said}"
     return None
+
+
+def more_telling(current: str | None, new: str) -> bool:
+    """Whether ``new`` says more than ``current`` of why the step ended: nothing said yet, or
+    only that it was cancelled (what Slurm also prints when it ends a step for a reason)."""
+    return current is None or (FROM_OUTSIDE in current and FROM_OUTSIDE not in new)
 
 
 def _numbers(text: str) -> list[int]:
