@@ -57,6 +57,7 @@ _EXPORTS = {
         "Session",
         "SessionBrokenError",
         "SessionClosedError",
+        "SlurmCluster",
         "WorkerFailure",
         "WorkersFailedError",
         "WorkersNotStartedError",

@@ -2,12 +2,12 @@
 
 * ``%%distributed [-n N] [--timeout S] [--cluster ray]``: run the cell's body on every rank of the
   session (one of N processes is started if none is open; ``--cluster ray``: each in a Ray actor
-  on a Ray cluster), in each rank's own namespace; the cell's value is the list of every rank's
+  on a Ray cluster; ``--cluster slurm``: each a task of a Slurm job step), in each rank's own namespace; the cell's value is the list of every rank's
   last expression (nothing when the body ends in a statement).
 * ``%distributed status``, ``%distributed restart``, ``%distributed close``.
 * ``%distributed push NAME [NAME ...]``: bind the kernel's values of those names on every rank.
 * ``%distributed pull NAME``: every rank's value of NAME, as a list.
-* ``%distributed start [-n N] [--cluster ray]``: start a session without running anything.
+* ``%distributed start [-n N] [--cluster ray|slurm]``: start a session without running anything.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .launch.errors import shown_as_argument_errors
-from .launch.launchers.ray.settings import check_cluster
+from .launch.launchers.clusters import check_cluster
 from .launch.session.core import Session
 from .utils.validation import check_int, check_number
 
@@ -62,7 +62,7 @@ def _options(words: list[str], allowed: tuple[str, ...]) -> tuple[dict[str, Any]
     return options, rest
 
 
-_FLAGS = {"num_processes": "-n N", "timeout": "--timeout SECONDS", "cluster": "--cluster ray"}
+_FLAGS = {"num_processes": "-n N", "timeout": "--timeout SECONDS", "cluster": "--cluster ray|slurm"}
 _SUBCOMMANDS = ("status", "start", "restart", "close", "push", "pull")
 _OPTION_NAMES = {
     "-n": "num_processes",

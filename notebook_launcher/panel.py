@@ -27,6 +27,7 @@ from .launch.planning.preflight import check_args, check_function
 from .launch.planning.settings import DEFAULTS, OUTPUT_CHOICES, LaunchSettings
 from .ui.config_panel import SETTINGS, ConfigPanel
 from .utils.enums import MIXED_PRECISION_CHOICES
+from .utils.validation import invalid
 
 CHOICES = {
     "mixed_precision": MIXED_PRECISION_CHOICES,
@@ -55,6 +56,13 @@ def cluster_fields(cluster: RayCluster | None) -> dict[str, Any] | None:
     placement (its runtime_env and timeouts stay as the panel was given them)."""
     if cluster is None:
         return None
+    if not isinstance(cluster, RayCluster):
+        raise invalid(
+            "cluster",
+            cluster,
+            "the config panel offers this machine or a Ray cluster; launch on Slurm with "
+            "notebook_launcher(..., cluster=SlurmCluster(...)) or %%distributed --cluster slurm",
+        )
     return {
         "address": cluster.address,
         "resources_per_process": cluster.resources,

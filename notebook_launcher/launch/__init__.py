@@ -20,6 +20,7 @@ from .errors import (
     WorkerStalledError,
 )
 from .launchers.ray.settings import RayCluster
+from .launchers.slurm.settings import SlurmCluster
 from .planning.plan import LaunchPlan
 from .planning.planner import plan_launch
 from .planning.settings import LaunchSettings
@@ -43,6 +44,7 @@ __all__ = [
     "NodesMissingError",
     "PreflightError",
     "RayCluster",
+    "SlurmCluster",
     "RemoteNodeFailedError",
     "WorkerFailure",
     "WorkerStalledError",

@@ -80,6 +80,8 @@ def where_text(cluster: Any, ranks: int) -> str:
     """
     if cluster is None:
         return THIS_MACHINE
+    if hasattr(cluster, "where"):  # a cluster that says it itself (Slurm)
+        return cluster.where(ranks)
     address = f"address {cluster.address}" if cluster.address else "address as ray.init() chooses"
     return f"{RAY_CLUSTER} ({address}), {ranks} ranks × {cluster.describe()}"
 

@@ -96,8 +96,8 @@ def plan_html(plan: Any, backend: str) -> str:
     rows = [("where", where_text(cluster, plan.world_size))]
     if cluster is None:
         port = f"{plan.requested_port} ({port_state(plan.master_addr, plan.requested_port)})"
-    else:  # rank 0's actor hosts the rendezvous, on its node
-        port = "a free port on rank 0's node"
+    else:  # rank 0's actor hosts the rendezvous, on its node (on Slurm: this kernel)
+        port = getattr(cluster, "store_text", "a free port on rank 0's node")
         rows.append(("placement", cluster.placement))
     rows += [
         ("processes", f"{plan.world_size} ({plan.start_method})"),

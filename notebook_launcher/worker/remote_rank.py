@@ -110,8 +110,9 @@ class KernelLink:
     """This rank's end of the socket to the kernel: a thread-safe sender, and a control thread
     that acts on what the kernel sends."""
 
-    def __init__(self, sock: socket.socket, node: str, session: bool) -> None:
+    def __init__(self, sock: socket.socket, node: str, session: bool, large: Any = None) -> None:
         self._sock = sock
+        self._large = large  # moves a large return value elsewhere (None: over the socket)
         self._conn = remote_link.framed(sock.dup())
         self._lock = threading.Lock()
         self._node = node
@@ -135,8 +136,12 @@ class KernelLink:
         return value moved to the object store)."""
         if isinstance(event, WorkerStarted):
             event = dataclasses.replace(event, node=self._node)
-        elif isinstance(event, WorkerFinished) and len(event.payload) > INLINE_RESULT:
-            event = dataclasses.replace(event, payload=_stored(event.payload))
+        elif (
+            isinstance(event, WorkerFinished)
+            and self._large is not None
+            and len(event.payload) > INLINE_RESULT
+        ):
+            event = dataclasses.replace(event, payload=self._large(event.payload))
         self.send_bytes(remote_link.EVENT, bytes(ForkingPickler.dumps(event)))
 
     def send_bytes(self, tag: bytes, body: bytes) -> None:
@@ -256,9 +261,13 @@ def run_worker(
     secret: bytes,
     store: tuple[str, int],
     node: str,
+    sock: socket.socket | None = None,
+    large: Any = _stored,
 ) -> int:
     """Entry point of every rank on a cluster (the bottom frame of its stacks, as a local
-    worker's ``run_worker`` is); its exit code."""
+    worker's ``run_worker`` is); its exit code. ``sock``: already joined to the kernel (else
+    it connects to ``kernel`` with ``secret``); ``large``: where a large return value goes
+    (None: over the socket)."""
     from . import stopping
 
     context = dataclasses.replace(spec.context, master_addr=store[0], master_port=store[1])
@@ -274,8 +283,9 @@ def run_worker(
     forwarders: list[_Forwarder] = []
     code = 1
     try:
-        sock = remote_link.join_kernel(kernel, secret, context.restart_count, context.rank)
-        link = KernelLink(sock, node, spec.session)
+        if sock is None:
+            sock = remote_link.join_kernel(kernel, secret, context.restart_count, context.rank)
+        link = KernelLink(sock, node, spec.session, large)
         forwarders = [
             _Forwarder(1, remote_link.STDOUT, link),
             _Forwarder(2, remote_link.STDERR, link),

@@ -7,6 +7,7 @@ from ..planning.plan import LaunchPlan
 from .base import Launcher, WorkerHandle
 from .fork import ForkLauncher
 from .ray import RayLauncher
+from .slurm import SlurmLauncher
 from .spawn import SpawnLauncher
 from .xla import XlaLauncher
 
@@ -15,6 +16,7 @@ LAUNCHERS: dict[str, type[Launcher]] = {
     "spawn": SpawnLauncher,
     "xla": XlaLauncher,
     "ray": RayLauncher,
+    "slurm": SlurmLauncher,
 }
 # What ``start_method=`` accepts; the device may replace it (see ``Backend.start_methods``).
 START_METHODS = tuple(name for name, cls in LAUNCHERS.items() if cls.selectable)
@@ -33,6 +35,7 @@ __all__ = [
     "CLUSTER_START_METHOD",
     "LAUNCHERS",
     "RayLauncher",
+    "SlurmLauncher",
     "START_METHODS",
     "ForkLauncher",
     "Launcher",

@@ -102,6 +102,9 @@ def plan_launch(
 def _on_cluster(s: LaunchSettings) -> tuple[Backend, int, str, int]:
     """The device, ranks, start method and threads of a launch on a cluster: each rank in an
     actor of its own, on CPUs, or on one GPU where each rank reserves one."""
+    if hasattr(s.cluster, "layout"):  # Slurm: nodes x tasks per node
+        nodes, per_node = s.cluster.layout(s.num_processes)
+        s = s.replace(num_processes=nodes * per_node)
     if s.num_processes is None:
         raise invalid(
             "num_processes",
@@ -111,7 +114,8 @@ def _on_cluster(s: LaunchSettings) -> tuple[Backend, int, str, int]:
     backend = backend_for("cuda" if s.cluster.gpus else "cpu")
     cpus = s.cluster.resources.get("CPU", 1.0)
     threads = s.threads_per_process or max(1, int(cpus))
-    return backend, s.num_processes, CLUSTER_START_METHOD, threads
+    method = getattr(s.cluster, "start_method", CLUSTER_START_METHOD)
+    return backend, s.num_processes, method, threads
 
 
 def _num_processes(requested: int | None, devices: int, backend: Backend) -> int:

@@ -16,7 +16,7 @@ from ...ui import check_ui
 from ...utils.enums import MIXED_PRECISION_CHOICES
 from ...utils.validation import check_int_in, check_seconds, invalid
 from ..launchers import AUTO_START_METHOD, START_METHODS
-from ..launchers.ray.settings import check_cluster, check_cluster_settings
+from ..launchers.clusters import check_cluster, check_cluster_settings
 from ..rendezvous.checks import check_rdzv_conf, parse_endpoint
 
 # Upper bounds: a value past them is a typo (or a fuzzer), never a plan.

@@ -15,7 +15,6 @@ Ray is imported only once a launch starts (:meth:`RayLauncher.prepare`).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import os
@@ -29,7 +28,8 @@ from ....protocol.node_environment import describe_node, modules_imported
 from ....protocol.spec import WorkerSpec
 from ...errors import ClusterError
 from ...planning.plan import LaunchPlan
-from ..base import Launcher, WorkerHandle
+from ..base import WorkerHandle
+from ..remote.launcher import RemoteLauncher, on_its_node
 from ..remote.links import Commands, Relay, RemoteHandle, close_writers, new_handle
 from .joining import PLACEMENT_POLL, Placement, first_lines, join, reserve, uploaded
 from .node_check import problems_by_node, report
@@ -43,12 +43,10 @@ NODE_LOST = "its node has died"  # in Ray's message when an actor's node left th
 __all__ = ["ClusterError", "RayLauncher"]
 
 
-class RayLauncher(Launcher):
+class RayLauncher(RemoteLauncher):
     """Starts each rank as a Ray actor on the cluster ``plan.cluster`` describes."""
 
     start_method = "ray"
-    selectable = False  # chosen with cluster=, not start_method=
-    ships_by_value = True
     pickle_advice = (
         "On a Ray cluster the function and every argument travel to the ranks' actors by value "
         "(cloudpickle): pass something picklable (a path, a config, plain tensors) and create the "
@@ -57,13 +55,9 @@ class RayLauncher(Launcher):
     )
 
     def __init__(self, plan: LaunchPlan | None = None) -> None:
-        self.plan = plan
+        super().__init__(plan)
         self.ray: Any = None
         self._actor_class: Any = None
-
-    @classmethod
-    def for_plan(cls, plan: LaunchPlan) -> Launcher:
-        return cls(plan)
 
     def prepare(self) -> None:
         self.ray = join(self.plan.cluster)
@@ -178,15 +172,13 @@ class ClusterAttempt:
         """``spec`` as the rank's node sees it: its place among the node's ranks, and results
         that travel over its socket or the object store (not this machine's shared memory)."""
         placement = self.placement
-        context = dataclasses.replace(
-            spec.context,
-            local_rank=placement.local_ranks[rank],
-            local_world_size=placement.local_world_size(rank),
-            node_rank=placement.node_ranks[rank],
-            num_nodes=placement.num_nodes,
-            shared_memory=False,
+        return on_its_node(
+            spec,
+            placement.local_ranks[rank],
+            placement.local_world_size(rank),
+            placement.node_ranks[rank],
+            placement.num_nodes,
         )
-        return dataclasses.replace(spec, context=context, parent_pid=None)
 
     def _await_ranks(self) -> None:
         """Wait until every rank connected, or a rank's run ended before it could (its actor

@@ -209,8 +209,11 @@ class RemoteHandle(WorkerHandle):
         self.attempt.closed(self)
 
 
-def new_handle(rank: int, local_rank: int, node_rank: int, node: str, attempt: Any) -> RemoteHandle:
-    """A handle with its local pipes, before the rank's actor exists."""
+def new_handle(
+    rank: int, local_rank: int, node_rank: int, node: str, attempt: Any, kind: type | None = None
+) -> RemoteHandle:
+    """A handle (a ``kind``, default :class:`RemoteHandle`) with its local pipes, before the
+    rank's process exists."""
     events_r, events_w = Pipe(duplex=False)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -218,7 +221,7 @@ def new_handle(rank: int, local_rank: int, node_rank: int, node: str, attempt: A
         _Reader(out_r): LineSplitter(rank, "stdout"),
         _Reader(err_r): LineSplitter(rank, "stderr"),
     }
-    handle = RemoteHandle(
+    handle = (kind or RemoteHandle)(
         rank=rank,
         local_rank=local_rank,
         process=RemoteProcess(),

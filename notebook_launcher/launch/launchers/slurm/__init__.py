@@ -1,0 +1,358 @@
+"""Slurm: each rank a task of one ``srun`` job step, supervised from the kernel.
+
+Each attempt runs in an allocation (:mod:`.allocation`: the one this kernel runs in, or a job
+it submits and cancels), as one job step started with ``srun`` from the kernel. Every task runs
+:mod:`notebook_launcher.worker.slurm_rank`, which connects back to this kernel's listener with the
+attempt's secret (passed in the environment), receives its spec and the function, and runs as
+any rank on a cluster does: the ranks' handles (:mod:`..remote.links`) turn each socket into
+what a local worker's pipes carry, so the worker group, supervisor, watchdogs and views are the
+same. The job's rendezvous store is hosted here, on the same address.
+
+Slurm does what it is good at: queueing, placing tasks, starting them, and saying how each
+ended; ``srun``'s report of each task (and Slurm's reasons: time limit, cancellation, node
+failure, memory) tells the kernel how a rank ended.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ....protocol import rank_start, remote_link
+from ....protocol.spec import WorkerSpec
+from ....utils.listening import bind_listener, serve_store
+from ...errors import ClusterError
+from ..base import WorkerHandle
+from ..remote.launcher import RemoteLauncher, on_its_node
+from ..remote.links import Commands, Relay, RemoteHandle, close_writers, new_handle
+from . import endings
+from .allocation import Allocation, check_request
+from .settings import SlurmCluster
+
+logger = logging.getLogger(__name__)
+WATCH_EVERY = 0.1  # seconds between the watcher's looks at the step
+QUIET_END = 3.0  # seconds a rank's socket may be closed before a silent end counts as exit 0
+STEP_END = 10.0  # seconds srun gets to end its step once told to
+RANK_ENTRY = "notebook_launcher.worker.slurm_rank"
+TAIL = 20  # lines of a task's output kept from before it connected
+
+__all__ = ["SlurmCluster", "SlurmLauncher"]
+
+
+class SlurmLauncher(RemoteLauncher):
+    """Starts each rank as one task of a Slurm job step (see the module's docstring)."""
+
+    start_method = "slurm"
+    pickle_advice = (
+        "On Slurm the function and every argument travel to the ranks by value (cloudpickle): "
+        "pass something picklable (a path, a config, plain tensors) and create the object inside "
+        "the function. Modules they import must be importable on every node (a shared "
+        "filesystem, or SlurmCluster(setup=...) to load them)."
+    )
+
+    def prepare(self) -> None:
+        """Refuse what Slurm would refuse before anything is queued."""
+        settings = self.plan.cluster
+        if not os.environ.get("SLURM_JOB_ID"):
+            nodes, per_node = settings.layout(self.plan.num_processes)
+            check_request(settings, nodes, per_node)
+
+    def start_group(self, specs: list[WorkerSpec], payload: Any, now: float) -> list[WorkerHandle]:
+        return StepAttempt(self.plan.cluster).start(specs, payload)
+
+
+@dataclass(eq=False)
+class SlurmHandle(RemoteHandle):
+    """A rank that is a Slurm task: once it proved who it is, it is sent what to run."""
+
+    start_message: bytes = b""
+
+    def connected(self, conn: Any) -> None:
+        super().connected(conn)
+        try:
+            with self.attempt.send_lock:
+                conn.send_bytes(self.start_message)
+        except OSError:  # the task is gone already: its end says why
+            pass
+        self.start_message = b""
+
+
+class StepAttempt:
+    """The allocation, job step, listener, store and threads of one attempt; released (the step
+    ended, a submitted job cancelled) once every handle is closed, or at once if it cannot
+    start."""
+
+    def __init__(self, settings: SlurmCluster) -> None:
+        self.settings = settings
+        self.send_lock = threading.Lock()
+        self.handles: list[SlurmHandle] = []
+        self.allocation: Allocation | None = None
+        self.relay: Relay | None = None
+        self.store: Any = None
+        self.srun: subprocess.Popen | None = None
+        self.ending: str | None = None  # Slurm's own reason the step ends, once srun said it
+        self._tails: dict[int, collections.deque] = collections.defaultdict(
+            lambda: collections.deque(maxlen=TAIL)
+        )
+        self._codes: dict[int, int] = {}  # task -> exit code, as srun reported it
+        self._quiet: dict[int, float] = {}  # rank -> when its socket was found closed
+        self._closed: set[int] = set()
+        self._released = False
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    # -- starting ---------------------------------------------------------------------------
+
+    def start(self, specs: list[WorkerSpec], payload: Any) -> list[WorkerHandle]:
+        settings = self.settings
+        try:
+            nodes, per_node = settings.layout(len(specs))
+            self.allocation = Allocation.acquire(settings, nodes, per_node, say=_say)
+            names = self.allocation.nodes
+            self.handles = [
+                new_handle(
+                    rank,
+                    rank % per_node,
+                    rank // per_node,
+                    names[rank // per_node],
+                    self,
+                    kind=SlurmHandle,
+                )
+                for rank in range(len(specs))
+            ]
+            address = settings.address()
+            self.store = serve_store(bind_listener(address, 0), address)
+            store = (address, self.store.port)
+            for handle, spec in zip(self.handles, specs, strict=True):
+                handle.start_message = rank_start.pack(
+                    on_its_node(spec, handle.local_rank, per_node, handle.node_rank, nodes),
+                    payload,
+                    store,
+                    handle.node,
+                )
+                if spec.session:  # commands travel over the rank's socket
+                    handle.commands = Commands(handle)
+            secret = remote_link.new_secret()
+            restart = specs[0].context.restart_count
+            self.relay = Relay(address, secret, restart, self.handles)
+            self._start_step(nodes, per_node, secret, restart)
+            self._await_ranks()
+            started = time.monotonic()
+            for handle in self.handles:  # supervised from now: the start is no quiet time
+                handle.last_alive = started
+        except BaseException:
+            self.release()
+            raise
+        return list(self.handles)
+
+    def _start_step(self, nodes: int, per_node: int, secret: bytes, restart: int) -> None:
+        s = self.settings
+        host, port = self.relay.address
+        env = {
+            **os.environ,
+            rank_start.KERNEL_ENV: f"{host}:{port}",
+            rank_start.SECRET_ENV: secret.hex(),
+            rank_start.ATTEMPT_ENV: str(restart),
+            rank_start.WARNING_ENV: f"{s.time_warning:g}",
+        }
+        python = s.python or sys.executable
+        command = [python, "-u", "-m", RANK_ENTRY]
+        if s.setup.strip():
+            command = ["/bin/sh", "-c", f"{s.setup}\nexec {shlex.join(command)}"]
+        args = [
+            "srun",
+            f"--jobid={self.allocation.job}",
+            "--overlap",
+            f"--nodes={nodes}",
+            f"--ntasks={nodes * per_node}",
+            f"--ntasks-per-node={per_node}",
+            f"--nodelist={','.join(self.allocation.nodes)}",
+            f"--cpus-per-task={s.cpus_per_task}",
+            "--distribution=block",
+            "--kill-on-bad-exit=0",
+            "--label",
+            "--input=none",
+            "--job-name=notebook_launcher",
+            *(["--gpus-per-task=1"] if s.gpus_per_node else []),
+            *command,
+        ]
+        self.srun = subprocess.Popen(
+            args,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # the kernel's interrupt is for the launch, not for srun
+        )
+        self.allocation.watch_step(self.srun.pid)
+        for target, stream in (
+            (self._read_stdout, self.srun.stdout),
+            (self._read_stderr, self.srun.stderr),
+        ):
+            self._thread(target, stream)
+        self._thread(self._watch)
+
+    def _thread(self, target: Any, *args: Any) -> None:
+        thread = threading.Thread(
+            target=target, args=args, name="notebook_launcher-srun", daemon=True
+        )
+        thread.start()
+        self._threads.append(thread)
+
+    def _await_ranks(self) -> None:
+        """Until every rank connected, or a task ended before it could, within the timeout."""
+        deadline = time.monotonic() + self.settings.timeout
+        while not self.relay.wait_joined(0.05):
+            ended = [h for h in self.handles if h.process.known and h.link is None]
+            if ended:
+                handle = ended[0]
+                raise ClusterError(
+                    f"rank {handle.rank} (a Slurm task on {handle.node}) ended before it "
+                    f"connected to this kernel (exit code {handle.process.exitcode or self._codes.get(handle.rank)})"
+                    f"{f': {self.ending}' if self.ending else ''}{self._said(handle.rank)}"
+                )
+            if any(h.process.known for h in self.handles):
+                return  # a rank that joined already ended: the supervisor reports it
+            if time.monotonic() >= deadline:
+                missing = [h.rank for h in self.handles if h.link is None]
+                raise ClusterError(
+                    f"rank {', '.join(map(str, missing))} did not connect to this kernel within "
+                    f"{self.settings.timeout:g} s (listening on {host_port(self.relay.address)}): "
+                    "can the nodes reach this kernel at that address? (SlurmCluster("
+                    "kernel_address=...) sets it, timeout=... waits longer)"
+                    f"{self._said(missing[0])}"
+                )
+
+    def _said(self, rank: int) -> str:
+        lines = list(self._tails.get(rank, ())) + list(self._tails.get(-1, ()))
+        return "; it said:\n" + "\n".join(lines) if lines else ""
+
+    # -- reading srun -------------------------------------------------------------------------
+
+    def _read_stdout(self, stream: Any) -> None:
+        for raw in stream:
+            line = raw.decode(errors="replace").rstrip("\n")
+            task, _, text = line.partition(": ")
+            if task.strip().isdigit():
+                self._tails[int(task)].append(text)
+
+    def _read_stderr(self, stream: Any) -> None:
+        for raw in stream:
+            line = raw.decode(errors="replace").rstrip("\n")
+            ended = endings.task_ends(line)
+            if ended is not None:
+                _, tasks, code = ended
+                for task in tasks:
+                    self._codes[task] = code
+                    if task < len(self.handles):
+                        self._end(self.handles[task], code)
+                continue
+            why = endings.slurm_ending(line)
+            if why is not None and endings.more_telling(self.ending, why) and not self._released:
+                self.ending = why
+            task, _, text = line.partition(": ")
+            self._tails[int(task) if task.strip().isdigit() else -1].append(
+                text if task.strip().isdigit() else line
+            )
+            logger.info("srun: %s", line)
+
+    def _end(self, handle: SlurmHandle, code: int) -> None:
+        death = self.ending if code and self.ending and handle.rank not in self._closed else None
+        if handle.link is None:
+            close_writers(handle)
+        handle.process.ended(code, death)
+
+    def _watch(self) -> None:
+        srun = self.srun
+        while not self._released:
+            for handle in self.handles:
+                handle.process.overdue()
+                if handle.process.ending and not handle.process.known:
+                    since = self._quiet.setdefault(handle.rank, time.monotonic())
+                    if time.monotonic() - since >= QUIET_END:
+                        self._end(handle, 0)  # gone without a word from srun: it exited 0
+            if srun.poll() is not None:
+                for thread in self._threads[:2]:  # its last words are read first
+                    thread.join(1.0)
+                for handle in self.handles:
+                    if not handle.process.known:
+                        self._end(handle, self._codes.get(handle.rank, 0))
+                if all(not h.process.is_alive() for h in self.handles):
+                    return
+            time.sleep(WATCH_EVERY)
+
+    # -- what the handles ask -----------------------------------------------------------------
+
+    def kill(self, handle: RemoteHandle) -> None:
+        """Kill the rank: the whole step ends (srun kills its tasks), as the group ends them
+        together anyway."""
+        handle.process.killed = True
+        self._stop_step()
+
+    def _stop_step(self) -> None:
+        srun = self.srun
+        if srun is not None and srun.poll() is None:
+            try:
+                srun.terminate()  # srun kills its step's tasks
+            except OSError:
+                pass
+
+    def fetch(self, data: bytes) -> bytes:  # pragma: no cover - values come over the socket
+        raise ClusterError("a Slurm rank's return value comes over its socket")
+
+    def lost_node(self, handle: RemoteHandle, text: str = "") -> str | None:
+        """Slurm's own reason the step ended (time limit, cancelled, node lost, memory), once
+        srun said it; None otherwise."""
+        return self.ending
+
+    def closed(self, handle: RemoteHandle) -> None:
+        with self._lock:
+            self._closed.add(handle.rank)
+            done = len(self._closed) == len(self.handles)
+        if done:
+            self.release()
+
+    def release(self) -> None:
+        """End the step, close the listener and the store, cancel a submitted job. Idempotent."""
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+        srun = self.srun
+        if srun is not None:
+            self._stop_step()
+            try:
+                srun.wait(STEP_END)
+            except subprocess.TimeoutExpired:
+                srun.kill()
+                srun.wait()
+        if self.relay is not None:
+            self.relay.close()
+        self.store = None  # the store's server ends with it
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(2.0)
+        if srun is not None:
+            for stream in (srun.stdout, srun.stderr):
+                stream.close()
+        if self.allocation is not None:
+            self.allocation.release(steps_ended=srun is None or srun.returncode is not None)
+        for handle in self.handles:
+            handle.process.release()
+
+
+def host_port(address: tuple[str, int]) -> str:
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)

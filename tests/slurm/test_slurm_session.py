@@ -1,0 +1,68 @@
+"""A session on Slurm: one job holds the nodes across calls, its ranks keep their namespaces and
+process group; a failing call keeps the session, a killed rank breaks it, close() gives the job
+back."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from notebook_launcher import Session, SessionBrokenError, SlurmCluster
+
+TWO_NODES = SlurmCluster(nodes=2, kernel_address="127.0.0.1", timeout=120)
+
+
+def test_a_session_holds_its_job_across_calls_until_closed(slurm):
+    session = Session(num_processes=2, cluster=TWO_NODES, ui="none")
+    try:
+        jobs = slurm.jobs()
+        assert len(jobs) == 1 and "RUNNING" in jobs[0]
+        places = session.exec(
+            "import os, torch, torch.distributed as dist\n"
+            "x = torch.ones(1) * (dist.get_rank() + 1)\n"
+            "dist.all_reduce(x)\n"
+            "os.environ['SLURMD_NODENAME'], os.getpid()"
+        ).values
+        assert [node for node, _ in places] == ["n1", "n2"]
+        assert [float(v) for v in session.pull("x")] == [3.0, 3.0]
+
+        with pytest.raises(ZeroDivisionError) as caught:
+            session.exec("1 / dist.get_rank()")
+        notes = "\n".join(getattr(caught.value, "__notes__", []))
+        assert "rank 0 (node n1" in notes and "still usable" in notes
+        assert session.state == "alive"
+        session.exec("dist.all_reduce(x)")  # the namespaces and the process group were kept
+        assert session.exec("float(x)").values == [6.0, 6.0]
+        assert slurm.jobs() == jobs  # the same job, held
+
+        timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))  # the stop button
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                session.exec("import time\ntime.sleep(60)")
+        finally:
+            timer.join()
+        assert session.state == "alive"
+
+        warm = []
+        for _ in range(10):
+            started = time.perf_counter()
+            session.exec("1")
+            warm.append(time.perf_counter() - started)
+        print(f"warm session call, 2 ranks on 2 nodes: median {sorted(warm)[5] * 1000:.1f} ms")
+
+        os.kill(places[1][1], signal.SIGKILL)  # a rank's process dies between calls
+        deadline = time.monotonic() + 30
+        while session.state == "alive" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert session.state == "broken"
+        with pytest.raises(SessionBrokenError):
+            session.exec("1")
+    finally:
+        session.close()
+    assert session.state == "closed"
+    assert slurm.wait_no_jobs() == []  # close() gave the job back
