@@ -8,7 +8,8 @@ from helpers.flood import flooded_launch
 
 def test_a_launch_completes_through_a_thousand_hostile_connections(cluster):
     said = flooded_launch(cluster.address, 1000)
-    assert "listening" in said and "took" in said, said
+    print({k: v for k, v in said.items() if k != "stderr"})
+    assert said.get("listening", "None") != "None" and "took" in said, said
     if "error" in said:  # allowed only if it says what ran out, and what to do
         assert "ran out of" in said["error"] and "ulimit -n" in said["error"], said
         assert "install the same versions" not in said["error"]
