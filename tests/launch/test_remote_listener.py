@@ -5,12 +5,14 @@ open files is named as such."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 from helpers.flood import open_connections
 
@@ -141,14 +143,14 @@ _release(relay, handles)
 
 
 def test_running_out_of_open_files_while_accepting_is_named():
-    here = str(__import__("pathlib").Path(__file__).parent)
+    here = Path(__file__).parent
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(OUT_OF_FILES)],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=here,
-        env={**__import__("os").environ, "PYTHONPATH": here},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (here, here.parent)))},
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "trouble: this kernel ran out of open files (EMFILE" in done.stdout, done.stdout
