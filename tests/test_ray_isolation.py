@@ -11,7 +11,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "notebook_launcher"
 RAY_LAUNCHER = PACKAGE / "launch" / "launchers" / "ray"
-RANK_ACTOR = PACKAGE / "worker" / "remote.py"
+RANK_ACTOR = PACKAGE / "worker" / "remote_rank.py"
 
 
 def _imports_ray(path: Path) -> list[tuple[int, bool]]:

@@ -11,20 +11,16 @@ import subprocess
 import sys
 import time
 
+import psutil
+
 FILE_LIMIT = 1024
 KERNEL = """
-import logging, os, resource, sys, threading, time
+import os, resource, sys, threading, time
 resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[2]), resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+import ray
 from notebook_launcher import RayCluster, notebook_launcher
 
-class Told(logging.Handler):
-    def emit(self, record):
-        if record.getMessage().startswith("listening for the ranks"):
-            print("listening", *record.args[1:], flush=True)
-
-told = logging.getLogger("notebook_launcher.launch.launchers.remote.links")
-told.setLevel(logging.INFO)
-told.addHandler(Told())
+ray.init(address=sys.argv[1], log_to_driver=False)
 peak = {"fds": 0, "threads": 0}
 
 def measure():
@@ -33,8 +29,10 @@ def measure():
         peak["threads"] = max(peak["threads"], threading.active_count())
         time.sleep(0.02)
 
+print("joined", flush=True)
+sys.stdin.readline()
 threading.Thread(target=measure, daemon=True).start()
-cluster = RayCluster(address=sys.argv[1], resources_per_process={"CPU": 1, "slot": 1}, timeout=300)
+cluster = RayCluster(resources_per_process={"CPU": 1, "slot": 1}, timeout=300)
 started = time.monotonic()
 try:
     values = notebook_launcher(os.getpid, num_processes=2, cluster=cluster, ui="none").values
@@ -56,11 +54,33 @@ def open_connections(address: tuple[str, int], count: int) -> list[socket.socket
     return clients
 
 
+def _listening(pid: int) -> set[tuple[str, int]]:
+    return {
+        (c.laddr.ip, c.laddr.port)
+        for c in psutil.Process(pid).net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN
+    }
+
+
+def _new_listener(pid: int, known: set, limit: float) -> tuple[str, int] | None:
+    """The first socket ``pid`` listens on that is not in ``known`` (the launch's listener: the
+    kernel had joined the cluster before), within ``limit`` seconds."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        new = _listening(pid) - known
+        if new:
+            return min(new)
+        time.sleep(0.005)
+    return None
+
+
 def flooded_launch(cluster_address: str, count: int = 1000, limit: float = 400.0) -> dict:
     """Run the kernel above against ``cluster_address`` with ``count`` hostile connections
-    (0: none) opened as soon as its listener is up. Its lines, by their first word."""
+    (0: none) opened as soon as its listener is up. Its lines, by their first word (and
+    ``listening``: the listener's address)."""
     kernel = subprocess.Popen(
         [sys.executable, "-c", KERNEL, cluster_address, str(FILE_LIMIT)],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -73,9 +93,14 @@ def flooded_launch(cluster_address: str, count: int = 1000, limit: float = 400.0
         for line in kernel.stdout:
             word, _, rest = line.strip().partition(" ")
             lines[word] = rest
-            if word == "listening" and count:
-                host, port = rest.split()
-                clients = open_connections((host, int(port)), count)
+            if word == "joined":
+                known = _listening(kernel.pid)
+                kernel.stdin.write("go\n")
+                kernel.stdin.flush()
+                address = _new_listener(kernel.pid, known, 120)
+                lines["listening"] = f"{address}"
+                if address is not None and count:
+                    clients = open_connections(address, count)
             if word == "took" or time.monotonic() > deadline:
                 break
         kernel.wait(max(1.0, deadline - time.monotonic()))

@@ -143,15 +143,14 @@ _release(relay, handles)
 
 
 def test_running_out_of_open_files_while_accepting_is_named():
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).parent
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(OUT_OF_FILES)],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=here,
-        # This file's helpers (test_remote_listener) and the tests' (helpers.flood).
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(here), str(here.parent)])},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (here, here.parent)))},
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "trouble: this kernel ran out of open files (EMFILE" in done.stdout, done.stdout

@@ -1,13 +1,11 @@
-"""Joining a cluster: ``timeout`` bounds reaching it, an interrupt ends the wait at once, and an
-address other than the cluster this kernel joined is refused (Ray allows one per driver)."""
+"""Joining a cluster: ``timeout`` bounds reaching it, and an address other than the cluster this
+kernel joined is refused (Ray allows one per driver). The interrupt: tests/kernel."""
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -49,18 +47,6 @@ def test_an_unreachable_cluster_fails_within_timeout_saying_so():
     assert out.startswith("joining\nClusterError"), out + err
     assert f"could not reach the Ray cluster at {UNREACHABLE}" in out
     assert "within 3 s" in out and "timeout=" in out
-
-
-def test_an_interrupt_ends_a_join_at_once():
-    kernel = _fresh_kernel(600)
-    try:
-        assert kernel.stdout.readline() == "joining\n"
-        time.sleep(1.0)
-        kernel.send_signal(signal.SIGINT)  # the kernel's stop button
-        out, err = kernel.communicate(timeout=60)  # not the 600 s the join would wait
-    finally:
-        kernel.kill()
-    assert kernel.returncode == 3 and out.startswith("KeyboardInterrupt"), out + err
 
 
 def test_another_cluster_than_the_one_joined_is_refused(cluster):

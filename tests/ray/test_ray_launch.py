@@ -272,3 +272,12 @@ def test_without_ray_the_cluster_asks_for_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ImportError, match=r"notebook_launcher\[ray\]"):
         on_cluster(lambda: None, cluster="ray")
+
+
+def test_every_runtime_env_key_ray_takes_is_accepted():
+    from ray.runtime_env import RuntimeEnv
+
+    from notebook_launcher.launch.launchers.ray.settings import RUNTIME_ENV_KEYS
+
+    public = {key for key in RuntimeEnv.known_fields if not key.startswith("_")}
+    assert public <= set(RUNTIME_ENV_KEYS), public - set(RUNTIME_ENV_KEYS)

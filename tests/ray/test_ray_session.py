@@ -138,7 +138,12 @@ def test_a_killed_kernel_takes_its_session_with_it(cluster):
 
 
 def test_a_ddp_model_across_nodes_survives_failures_inside_its_collectives():
-    from test_session_collectives import COMMON, FRAMEWORKS, STEP, _same_model_trains_on
+    from launch.session.test_session_collectives import (
+        COMMON,
+        FRAMEWORKS,
+        STEP,
+        _same_model_trains_on,
+    )
 
     cluster = RayCluster(resources_per_process=SLOTS, timeout=START)
     with Session(num_processes=4, cluster=cluster, ui="none", stop_grace=5.0) as session:
