@@ -151,7 +151,9 @@ def test_an_interrupt_stops_the_ranks_and_cancels_the_job(slurm, tmp_path):
 
 def test_an_interrupt_while_pending_cancels_the_queued_job(slurm, capfd):
     # Every CPU of both nodes held by another job: the launch's job waits for Resources.
-    blocker = slurm.run("sbatch", "--parsable", "-N2", "--exclusive", "--wrap", "sleep 300")
+    blocker = slurm.run(
+        "sbatch", "--parsable", "-N2", "--exclusive", "--output=/dev/null", "--wrap", "sleep 300"
+    )
     blocker = blocker.strip()
 
     def interrupt():
@@ -177,7 +179,9 @@ def where():
 
 
 def test_inside_an_allocation_the_ranks_are_a_step_of_it(slurm, monkeypatch):
-    job = slurm.run("sbatch", "--parsable", "-N2", "--wrap", "sleep 300").strip()
+    job = slurm.run(
+        "sbatch", "--parsable", "-N2", "--output=/dev/null", "--wrap", "sleep 300"
+    ).strip()
     try:
         deadline = time.monotonic() + STEP_LIMIT
         while "RUNNING" not in slurm.run("squeue", "-h", "-j", job, "-o", "%T"):
