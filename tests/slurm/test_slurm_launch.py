@@ -339,3 +339,28 @@ def test_a_step_killed_for_memory_is_named(slurm):
     with pytest.raises(WorkersFailedError) as info:
         on_slurm(hog_memory_on_rank_1, cluster=cluster)
     assert "Slurm killed the job step for memory on n2" in str(info.value)
+
+
+def test_a_kernel_killed_while_its_job_is_pending_takes_the_job_with_it(slurm, tmp_path):
+    blocker = slurm.run(
+        "sbatch", "--parsable", "-N2", "--exclusive", "--output=/dev/null", "--wrap", "sleep 300"
+    ).strip()
+    script = tmp_path / "kernel.py"
+    script.write_text(textwrap.dedent(KILLED_KERNEL))
+    kernel = subprocess.Popen([sys.executable, str(script)], env=slurm.env)
+    try:
+        deadline = time.monotonic() + STEP_LIMIT
+        while not any("PENDING" in line for line in slurm.jobs()):
+            assert time.monotonic() < deadline, slurm.jobs()
+            time.sleep(0.2)
+        kernel.kill()
+        kernel.wait()
+        deadline = time.monotonic() + 30
+        while len(slurm.jobs()) > 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [line.split()[0] for line in slurm.jobs()] == [blocker]
+    finally:
+        if kernel.poll() is None:
+            kernel.kill()
+            kernel.wait()
+        slurm.run("scancel", blocker, check=False)
