@@ -114,6 +114,8 @@ def notebook_launcher(
         cluster: None (default: this machine), ``"ray"``, or a :class:`RayCluster` with its
             options: each rank runs in a Ray actor of its own on a Ray cluster, joined as
             ``ray.init()`` joins one (or started locally), every guarantee above included.
+            ``"slurm"`` or a :class:`SlurmCluster`: each rank a task of one Slurm job step,
+            in the kernel's allocation or a job submitted (and cancelled) for the launch.
             ``num_processes`` is then the total number of ranks; ``start_method``,
             ``num_nodes``, ``node_rank``, ``master_addr`` and the rendezvous settings do not apply.
 

@@ -21,12 +21,17 @@ from __future__ import annotations
 
 import dataclasses
 import faulthandler
+import fcntl
 import logging
 import os
+import select
 import signal
 import socket
+import struct
 import sys
+import termios
 import threading
+import time
 from multiprocessing import Pipe
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
@@ -46,6 +51,7 @@ from .reporting import flush_streams
 
 logger = logging.getLogger(__name__)
 INLINE_RESULT = 1 << 20  # pickled bytes; a larger return value goes through the object store
+OUTPUT_FIRST = 0.5  # seconds an event waits for the output written before it to be sent
 DRAIN_WAIT = 2.0  # seconds the forwarders get to send the last output once the run ended
 # The signals the kernel may ask for (stop, stack dump, a session call's interrupt): the rank's
 # process has a handler for each while it runs.
@@ -112,6 +118,7 @@ class KernelLink:
 
     def __init__(self, sock: socket.socket, node: str, session: bool, large: Any = None) -> None:
         self._sock = sock
+        self.forwarders: list[_Forwarder] = []  # output sent before each event
         self._large = large  # moves a large return value elsewhere (None: over the socket)
         self._conn = remote_link.framed(sock.dup())
         self._lock = threading.Lock()
@@ -134,6 +141,9 @@ class KernelLink:
     def send(self, event: object) -> None:
         """What ``EventChannel`` calls: one event (the node added to ``WorkerStarted``, a large
         return value moved to the object store)."""
+        deadline = time.monotonic() + OUTPUT_FIRST
+        for forwarder in self.forwarders:
+            forwarder.drain(deadline)
         if isinstance(event, WorkerStarted):
             event = dataclasses.replace(event, node=self._node)
         elif (
@@ -211,13 +221,37 @@ class _Forwarder(threading.Thread):
         self.link = link
 
     def run(self) -> None:
+        self.busy = threading.Lock()  # held from a chunk's read until it is sent
         try:
-            while chunk := os.read(self.read_end, READ_CHUNK):
-                self.link.send_bytes(self.tag, chunk)
-        except OSError:
+            while True:
+                ready = select.select([self.read_end], [], [])[0]
+                with self.busy:
+                    chunk = os.read(self.read_end, READ_CHUNK) if ready else b""
+                    if not chunk:
+                        break
+                    self.link.send_bytes(self.tag, chunk)
+        except (OSError, ValueError):
             pass
         finally:
             os.close(self.read_end)
+
+    def drain(self, deadline: float) -> None:
+        """Until what was written to the fd so far is sent (bounded by ``deadline``,
+        ``time.monotonic()``), so that an event sent next comes after it, as on a pipe."""
+        busy = getattr(self, "busy", None)
+        if busy is None or not self.is_alive():
+            return
+        while time.monotonic() < deadline:
+            try:
+                waiting = struct.unpack(
+                    "i", fcntl.ioctl(self.read_end, termios.FIONREAD, b"\0" * 4)
+                )[0]
+            except OSError:
+                return
+            if not waiting and busy.acquire(blocking=False):
+                busy.release()
+                return
+            time.sleep(0.001)
 
     def finish(self) -> None:
         """Wait (bounded) until everything written before fds 1 and 2 were restored is sent."""
@@ -292,6 +326,7 @@ def run_worker(
         ]
         for forwarder in forwarders:
             forwarder.start()
+        link.forwarders = forwarders
         redirect_streams(*(f.write_end for f in forwarders))
         set_up_process(spec)
         channel = EventChannel(link)

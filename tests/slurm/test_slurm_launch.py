@@ -152,7 +152,7 @@ def test_an_interrupt_stops_the_ranks_and_cancels_the_job(slurm, tmp_path):
 def test_an_interrupt_while_pending_cancels_the_queued_job(slurm, capfd):
     # Every CPU of both nodes held by another job: the launch's job waits for Resources.
     blocker = slurm.run(
-        "sbatch", "--parsable", "--output=/dev/null", "-N2", "--exclusive", "--wrap", "sleep 300"
+        "sbatch", "--parsable", "-N2", "--exclusive", "--output=/dev/null", "--wrap", "sleep 300"
     )
     blocker = blocker.strip()
 
@@ -180,7 +180,7 @@ def where():
 
 def test_inside_an_allocation_the_ranks_are_a_step_of_it(slurm, monkeypatch):
     job = slurm.run(
-        "sbatch", "--parsable", "--output=/dev/null", "-N2", "--wrap", "sleep 300"
+        "sbatch", "--parsable", "-N2", "--output=/dev/null", "--wrap", "sleep 300"
     ).strip()
     try:
         deadline = time.monotonic() + STEP_LIMIT
@@ -339,3 +339,28 @@ def test_a_step_killed_for_memory_is_named(slurm):
     with pytest.raises(WorkersFailedError) as info:
         on_slurm(hog_memory_on_rank_1, cluster=cluster)
     assert "Slurm killed the job step for memory on n2" in str(info.value)
+
+
+def test_a_kernel_killed_while_its_job_is_pending_takes_the_job_with_it(slurm, tmp_path):
+    blocker = slurm.run(
+        "sbatch", "--parsable", "-N2", "--exclusive", "--output=/dev/null", "--wrap", "sleep 300"
+    ).strip()
+    script = tmp_path / "kernel.py"
+    script.write_text(textwrap.dedent(KILLED_KERNEL))
+    kernel = subprocess.Popen([sys.executable, str(script)], env=slurm.env)
+    try:
+        deadline = time.monotonic() + STEP_LIMIT
+        while not any("PENDING" in line for line in slurm.jobs()):
+            assert time.monotonic() < deadline, slurm.jobs()
+            time.sleep(0.2)
+        kernel.kill()
+        kernel.wait()
+        deadline = time.monotonic() + 30
+        while len(slurm.jobs()) > 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [line.split()[0] for line in slurm.jobs()] == [blocker]
+    finally:
+        if kernel.poll() is None:
+            kernel.kill()
+            kernel.wait()
+        slurm.run("scancel", blocker, check=False)

@@ -84,10 +84,12 @@ class Session:
         timeout: seconds each call may take (None: no limit); ``exec`` takes its own too.
         start_timeout: seconds the workers may take to start and form the group.
         cluster: None (this machine), ``"ray"`` or a :class:`RayCluster`: each rank in a Ray
-            actor on the cluster, as :func:`notebook_launcher` does with ``cluster=``.
+            actor on the cluster; ``"slurm"`` or a :class:`SlurmCluster`: each rank a task of a
+            Slurm job step, the job held until :meth:`close`; as :func:`notebook_launcher` does
+            with ``cluster=``.
 
-    Sessions run on one machine (no multi-node settings), or on a Ray cluster (``cluster=``),
-    and not on TPUs.
+    Sessions run on one machine (no multi-node settings), on a Ray cluster or on Slurm
+    (``cluster=``), and not on TPUs.
 
     Example:
         >>> with Session(num_processes=2) as session:

@@ -34,7 +34,7 @@ from ..base import WorkerHandle
 from ..remote.launcher import RemoteLauncher, on_its_node
 from ..remote.links import Commands, Relay, RemoteHandle, close_writers, new_handle
 from . import endings
-from .allocation import Allocation, check_request
+from .allocation import Allocation, check_request, interruptible
 from .settings import SlurmCluster
 
 logger = logging.getLogger(__name__)
@@ -43,6 +43,7 @@ QUIET_END = 3.0  # seconds a rank's socket may be closed before a silent end cou
 STEP_END = 10.0  # seconds srun gets to end its step once told to
 RANK_ENTRY = "notebook_launcher.worker.slurm_rank"
 TAIL = 20  # lines of a task's output kept from before it connected
+SLURM_SETTLE = 5.0  # seconds a rank stopped from outside waits for srun to say why
 
 __all__ = ["SlurmCluster", "SlurmLauncher"]
 
@@ -83,6 +84,16 @@ class SlurmHandle(RemoteHandle):
         except OSError:  # the task is gone already: its end says why
             pass
         self.start_message = b""
+
+    def outside_stop(self) -> str | None:
+        # Slurm signals a step's tasks before srun prints why (cancelled, time limit, node
+        # failure, memory): wait for its words, a little longer on a busy machine.
+        end = time.monotonic() + SLURM_SETTLE
+        while True:
+            said = self.death()
+            if said is not None or self.attempt.srun_done() or time.monotonic() >= end:
+                return said
+            time.sleep(0.05)
 
 
 class StepAttempt:
@@ -144,7 +155,8 @@ class StepAttempt:
             restart = specs[0].context.restart_count
             self.relay = Relay(address, secret, restart, self.handles)
             self._start_step(nodes, per_node, secret, restart)
-            self._await_ranks()
+            with interruptible():  # a kernel interrupt ends the wait (and the job) at once
+                self._await_ranks()
             started = time.monotonic()
             for handle in self.handles:  # supervised from now: the start is no quiet time
                 handle.last_alive = started
@@ -296,6 +308,14 @@ class StepAttempt:
         together anyway."""
         handle.process.killed = True
         self._stop_step()
+
+    def srun_done(self) -> bool:
+        """Whether srun ended and everything it said was read."""
+        return (
+            self.srun is not None
+            and self.srun.poll() is not None
+            and not any(t.is_alive() for t in self._threads[:2])
+        )
 
     def _stop_step(self) -> None:
         srun = self.srun

@@ -136,9 +136,9 @@ def check_request(settings: Any, nodes: int, per_node: int) -> None:
 
 
 def _submit(settings: Any, nodes: int, per_node: int, say: Any) -> Allocation:
-    check_request(settings, nodes, per_node)
+    """Submit the job (the launcher's ``prepare`` checked the request) and wait until it runs."""
     script = batch_script(settings, nodes, per_node)
-    with _interruptible():
+    with interruptible():
         job = commands.run("sbatch", "--parsable", stdin=script).strip().split(";")[0]
         allocation = Allocation(job, [], submitted=True, reaper=_reaper((job,)))
         try:
@@ -190,9 +190,9 @@ def _pending_text(job: str, state: tuple[str, str, str, str]) -> str:
 
 
 @contextmanager
-def _interruptible():
-    """Let an interrupt through while the job waits in the queue (the launch defers interrupts
-    while it starts its ranks): the job is cancelled on the way out."""
+def interruptible():
+    """Let an interrupt through while the job waits in the queue or for its ranks (the launch
+    defers interrupts while it starts its ranks): the job is cancelled on the way out."""
     main = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGINT) if main else None
     if main and previous is not None:
