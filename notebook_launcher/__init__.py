@@ -42,6 +42,7 @@ _EXPORTS = {
     ".launch": (
         "ClusterError",
         "DeadlockError",
+        "DebuggerQuit",
         "LaunchBusyError",
         "LaunchError",
         "LaunchHandle",
@@ -57,6 +58,7 @@ _EXPORTS = {
         "Session",
         "SessionBrokenError",
         "SessionClosedError",
+        "StdinUnavailableError",
         "WorkerFailure",
         "WorkersFailedError",
         "WorkersNotStartedError",

@@ -18,6 +18,7 @@ import builtins
 import linecache
 import os
 import signal
+import sys
 import time
 from datetime import timedelta
 from typing import Any
@@ -28,7 +29,7 @@ from ..protocol.context import current_context
 from ..protocol.events import EventBatch
 from ..protocol.session_messages import CellInterrupted, Command, RankBusy, RankIdle
 from ..state import PartialState
-from . import stopping
+from . import prompts, stopping
 from .regroup import GroupSockets, held_models, rebind
 from .reporting import failure_event, flush_streams, result_event, send_live
 
@@ -114,6 +115,7 @@ def serve() -> None:
             else:
                 event = failure_event(rank, exc)
             del exc  # its traceback holds the command's frames
+        sys.settrace(None)  # a debugger left stepping stops nowhere in the next call
         send_live(stop=False)  # the next call logs again
         flush_streams()
         channel.send(EventBatch((event, RankIdle(rank, command.call, _position(state)))))
@@ -128,7 +130,9 @@ def _perform(command: Command, namespace: dict[str, Any], staged: dict[str, Any]
         function, args, kwargs = body
         return function(*args, **kwargs)
     if command.kind == protocol.EXEC:
-        source, filename = body
+        source, filename, *shown = body
+        if shown:
+            prompts.CELL_NAMES[filename] = shown[0]
         return run_source(source, filename, namespace)
     if command.kind == protocol.PUSH:
         staged.update(body)
@@ -151,6 +155,9 @@ def run_source(source: str, filename: str, namespace: dict[str, Any]) -> Any:
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(tree, filename, "exec"), namespace)
     return eval(compile(last, filename, "eval"), namespace) if last is not None else None
+
+
+prompts.ENTRY_CODES.update((_perform.__code__, run_source.__code__))
 
 
 def _position(state: PartialState) -> tuple[int, ...]:

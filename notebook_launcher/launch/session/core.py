@@ -25,6 +25,7 @@ from ...protocol import session_messages as protocol
 from ...protocol.events import WorkerStarted
 from ...protocol.session_messages import Command
 from ...ui import RunPanel, create_view
+from ...utils.cells import code_name
 from ...utils.validation import check_number, invalid
 from ..errors import SessionBrokenError, SessionClosedError, add_note, shown_as_argument_errors
 from ..launchers import LAUNCHERS, make_launcher
@@ -206,7 +207,7 @@ class Session:
         name = filename or f"<session exec {self._calls + 1}>"
         return self._call(
             protocol.EXEC,
-            (source, name),
+            (source, name, code_name(name)),  # the rank's debugger names the cell as IPython
             {},
             timeout if timeout is not None else self.settings.timeout,
         )
