@@ -35,8 +35,9 @@ from ..protocol.prompts import (
 )
 from ..utils.cells import code_name
 
-# Modules whose hooks a rank must not keep: the kernel's debugger and ipykernel's own.
-_KERNEL_HOOKS = ("debugpy", "_pydevd", "pydevd", "ipykernel")
+# Modules whose breakpoint hooks a rank must not keep: the kernel's debugger, ipykernel's own,
+# and pytest's (its debugger drives the test process's own output capture).
+_KERNEL_HOOKS = ("debugpy", "_pydevd", "pydevd", "ipykernel", "_pytest")
 NO_REPLY_PATH = "this kind of rank has no way to reach the cell (XLA replicas take no input)"
 # Names of the cells a session ran (file -> "Cell In[7]"), which the rank's copy of IPython
 # (forked before those cells ran) does not know.

@@ -269,3 +269,17 @@ def test_a_forked_rank_keeps_nothing_of_the_kernels_input_machinery(kernel):
     assert cell.error() is None, cell.output()
     expected = (True,) + ("notebook_launcher.worker.prompts",) * 4
     assert ast.literal_eval(cell.result()) == expected, cell.output()
+
+
+def test_breakpoint_in_a_spawned_rank(kernel):
+    defined(kernel)
+    cell = launch(kernel, "1", start_method="spawn")
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
+    # A function shipped by value has no source file on the rank: the place is named only.
+    assert "[rank1] > " in cell.stream() and "train()" in cell.stream(), cell.output()
+    cell.answer("p x + 1")
+    cell.prompt(30)
+    assert "[rank1] 11" in cell.stream().splitlines(), cell.output()
+    cell.answer("c")
+    cell.finish(60)
+    assert cell.result() == "[1, 11]", cell.output()
