@@ -8,6 +8,7 @@
 * ``%distributed push NAME [NAME ...]``: bind the kernel's values of those names on every rank.
 * ``%distributed pull NAME``: every rank's value of NAME, as a list.
 * ``%distributed start [-n N] [--cluster ray]``: start a session without running anything.
+* ``%debug`` after a session call failed on a rank: the debugger on that rank, where it failed.
 """
 
 from __future__ import annotations
@@ -24,8 +25,33 @@ from .utils.validation import check_int, check_number
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """Register ``%distributed`` and ``%%distributed`` (``%load_ext notebook_launcher``)."""
+    """Register ``%distributed`` and ``%%distributed`` (``%load_ext notebook_launcher``), and
+    ``%debug`` that reaches a session's rank after a call failed there."""
     ipython.register_magic_function(_line_or_cell(ipython), "line_cell", "distributed")
+    original = ipython.find_line_magic("debug")
+    if original is not None and not getattr(original, "reaches_ranks", False):
+        ipython.register_magic_function(_debug(original), "line", "debug")
+
+
+def _debug(original: Callable[[str], Any]) -> Callable[[str], Any]:
+    def debug(line: str = "") -> Any:
+        """``%debug`` after a session call failed on a rank: the debugger opens on that rank,
+        in the frame where it failed, with its locals. After any other error, IPython's own."""
+        failure = getattr(getattr(sys, "last_value", None), "launch_failure", None)
+        failure = failure or getattr(getattr(sys, "last_value", None), "failure", None)
+        session = Session.current()
+        if (
+            not line.strip()
+            and getattr(failure, "call", None) is not None
+            and session is not None
+            and session.failed_rank == failure.rank
+        ):
+            return session.debug(failure.rank)
+        return original(line)
+
+    debug.reaches_ranks = True  # type: ignore[attr-defined]
+    debug.__doc__ = original.__doc__
+    return debug
 
 
 def _line_or_cell(ipython: Any):

@@ -229,3 +229,15 @@ def quit_error(exc: BaseException, rank: int) -> BaseException:
     if isinstance(exc, bdb.BdbQuit):
         return DebuggerQuit(quit_message(rank)).with_traceback(exc.__traceback__)
     return exc
+
+
+def post_mortem(traceback: Any, rank: int) -> None:
+    """pdb in the frame where this rank's last call failed (``traceback``), with its locals."""
+    if traceback is None:
+        raise RuntimeError(
+            f"rank {rank} keeps no failure to debug: its last call did not fail, or a call ran "
+            "since"
+        )
+    debugger = pdb.Pdb()
+    debugger.reset()
+    debugger.interaction(None, traceback)

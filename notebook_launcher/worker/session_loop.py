@@ -74,6 +74,7 @@ def serve() -> None:
         state = PartialState()  # forms the process group
     generation = 0
     staged: dict[str, Any] = {}  # values pushed, bound on commit
+    failed: list[Any] = []  # the traceback of the last call, if it failed here
     channel.send(RankIdle(rank, 0, _position(state)))
     while True:
         try:
@@ -87,6 +88,8 @@ def serve() -> None:
             staged = {}
             continue
         staged = {}  # a push not committed before the next command never takes effect
+        if command.kind in (protocol.RUN, protocol.EXEC):
+            failed.clear()  # the frames of the last failure are kept until the next call
         if command.kind == protocol.REFORM:
             generation += 1
             channel.send(_reform(state, sockets, rank, command.call, generation))
@@ -102,7 +105,7 @@ def serve() -> None:
             _phase = RUNNING
             if _pending:
                 raise CellInterrupted()
-            value = _perform(command, namespace, staged)
+            value = _perform(command, namespace, staged, rank, failed)
             _phase = IDLE
             event = result_event(rank, value, owner)
         except stopping.RankStopped:  # asked to end: the rank leaves, reporting why
@@ -114,14 +117,18 @@ def serve() -> None:
                 event = result_event(rank, None, owner)
             else:
                 event = failure_event(rank, exc)
-            del exc  # its traceback holds the command's frames
+                if command.kind in (protocol.RUN, protocol.EXEC):
+                    failed[:] = [exc.__traceback__]  # for a post-mortem (Session.debug)
+            del exc
         sys.settrace(None)  # a debugger left stepping stops nowhere in the next call
         send_live(stop=False)  # the next call logs again
         flush_streams()
         channel.send(EventBatch((event, RankIdle(rank, command.call, _position(state)))))
 
 
-def _perform(command: Command, namespace: dict[str, Any], staged: dict[str, Any]) -> Any:
+def _perform(
+    command: Command, namespace: dict[str, Any], staged: dict[str, Any], rank: int, failed: list
+) -> Any:
     # Large values are mapped from the kernel's shared-memory files (every rank maps the same
     # ones, privately: a rank that writes into a value changes its own copy); the kernel removes
     # the files once the call has ended on every rank.
@@ -136,6 +143,10 @@ def _perform(command: Command, namespace: dict[str, Any], staged: dict[str, Any]
         return run_source(source, filename, namespace)
     if command.kind == protocol.PUSH:
         staged.update(body)
+        return None
+    if command.kind == protocol.DEBUG:
+        if body == rank:
+            prompts.post_mortem(failed[0] if failed else None, rank)
         return None
     if command.kind == protocol.PULL:
         if body not in namespace:

@@ -283,3 +283,43 @@ def test_breakpoint_in_a_spawned_rank(kernel):
     cell.answer("c")
     cell.finish(60)
     assert cell.result() == "[1, 11]", cell.output()
+
+
+FAILING_STEP = (
+    "%%distributed\n"
+    "def step(batch):\n"
+    "    out = batch * 2\n"
+    "    if rank == 1:\n"
+    "        raise ValueError(f'bad batch {batch}')\n"
+    "    return out\n"
+    "step(rank + 5)\n"
+)
+
+
+def test_debug_after_a_failed_session_call_opens_on_the_failing_rank(kernel):
+    assert kernel.execute("%load_ext notebook_launcher", timeout=30).error() is None
+    assert kernel.execute(SESSION, timeout=120, store_history=True).error() is None
+    failed = kernel.execute(FAILING_STEP, timeout=60, store_history=True)
+    assert failed.error() is not None and failed.error()["ename"] == "ValueError", failed.output()
+    cell = kernel.start("%debug", store_history=True, allow_stdin=True)
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
+    assert re.search(r"\[rank1\] > Cell In\[\d+\], line 5, in step\(\)", cell.stream()), (
+        cell.output()
+    )
+    cell.answer("p out, batch")
+    cell.prompt(30)
+    assert "[rank1] (12, 6)" in cell.stream().splitlines(), cell.output()
+    cell.answer("q")
+    cell.finish(60)
+    assert cell.error() is None, cell.output()
+    after = kernel.execute("%%distributed\nrank + 1\n", timeout=60)
+    assert after.result() == "[1, 2]", after.output()
+    # %debug after an error of the kernel's own is IPython's.
+    assert kernel.execute("1 / 0", timeout=30).error() is not None
+    local = kernel.start("%debug", allow_stdin=True)
+    assert local.prompt(30) == "ipdb> ", local.output()
+    local.answer("q")
+    local.finish(30)
+    pids = [p.pid for p in kernel.workers()]
+    assert kernel.execute("%distributed close", timeout=60).error() is None
+    assert wait_until(lambda: not alive(pids), 10.0)

@@ -26,7 +26,7 @@ from ...protocol.events import WorkerStarted
 from ...protocol.session_messages import Command
 from ...ui import RunPanel, create_view
 from ...utils.cells import code_name
-from ...utils.validation import check_number, invalid
+from ...utils.validation import check_int_in, check_number, invalid
 from ..errors import SessionBrokenError, SessionClosedError, add_note, shown_as_argument_errors
 from ..launchers import LAUNCHERS, make_launcher
 from ..planning import exclusive
@@ -144,6 +144,7 @@ class Session:
         # on every call: what a rank's SIGKILL is compared with.
         self._oom_baseline = oom_kills()
         self._last_call = 0.0  # the monotonic time the last call ended (see IDLE_QUIET)
+        self.failed_rank: int | None = None  # the rank whose failure ended the last call
         self._start()
 
     # -- what users call --------------------------------------------------------------------
@@ -226,6 +227,21 @@ class Session:
         with shown_as_argument_errors():
             _check_name(name)
         return self._call(protocol.PULL, name, {}, self.settings.timeout).values
+
+    def debug(self, rank: int | None = None) -> None:
+        """Open the debugger on ``rank`` (default: the rank whose failure ended the last call)
+        in the frame where that call failed, with its locals, as ``%debug`` does for local code.
+        The prompt opens in this cell; ``q`` or ``c`` ends it."""
+        with shown_as_argument_errors():
+            if rank is None:
+                rank = self.failed_rank
+            if rank is None:
+                raise ValueError(
+                    "no call of this session has failed on a rank since the last one that ran: "
+                    "nothing to debug"
+                )
+            check_int_in("rank", rank, 0, self.num_processes - 1)
+        self._call(protocol.DEBUG, rank, {}, None)
 
     def restart(self) -> None:
         """Stop the workers and start new ones with the same settings. Every rank's state (its
@@ -390,6 +406,8 @@ class Session:
             view = None
             try:
                 self._calls += 1
+                if kind in (protocol.RUN, protocol.EXEC):  # the ranks drop their last failure
+                    self.failed_rank = None
                 plan = self._plan
                 supervisor = CallSupervisor(group, plan, self._calls, self._oom_baseline)
                 if self.settings.ui != "none" and kind in (protocol.RUN, protocol.EXEC):
@@ -431,6 +449,11 @@ class Session:
                     self._break(f"a worker's command pipe closed ({error})")
                     raise SessionBrokenError(f"the session broke: {self._broken}") from None
                 except BaseException as error:
+                    failure = getattr(error, "launch_failure", None) or getattr(
+                        error, "failure", None
+                    )
+                    if kind != protocol.DEBUG:
+                        self.failed_rank = getattr(failure, "rank", None)
                     with interrupts_deferred():
                         self._settled(supervisor)
                     if kind == protocol.PUSH:
