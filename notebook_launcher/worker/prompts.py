@@ -119,7 +119,10 @@ def install(prompter: RankPrompter) -> None:
     def rank_input(prompt: object = "") -> str:
         caller = sys._getframe(1).f_globals.get("__name__", "")
         kind = DEBUGGER if caller in _DEBUGGER_CALLERS else INPUT
-        return prompter.ask(str(prompt), kind)
+        line = prompter.ask(str(prompt), kind)
+        if caller == "code" and line.strip() == "EOF":  # pdb's interact ends on end of input
+            raise EOFError
+        return line
 
     def rank_getpass(prompt: str = "Password: ", stream: Any = None) -> str:
         return prompter.ask(prompt, PASSWORD)

@@ -4,11 +4,14 @@ launches from a test process (no terminal) and from a background thread."""
 from __future__ import annotations
 
 import os
+import pdb
 import sys
 
 import pytest
 
 from notebook_launcher import StdinUnavailableError, launch_in_background, notebook_launcher
+from notebook_launcher.launch.supervision import supervisor
+from notebook_launcher.launch.supervision.prompting import Answerer
 
 
 def stops_on_rank_one():
@@ -56,3 +59,59 @@ def test_a_users_own_breakpointhook_is_kept(monkeypatch, capsys):
     result = notebook_launcher(stops_on_rank_one, num_processes=2, ui="none")
     assert result.values == [0, 1]
     assert "[rank1] the user's own hook ran" in capsys.readouterr().out
+
+
+def scripted(monkeypatch, lines: list[str]) -> list[str]:
+    """The cell's answers: ``lines`` in turn; the prompts asked, in order."""
+    answers, asked = iter(lines), []
+
+    def typed(prompt: str, password: bool) -> str:
+        asked.append(prompt)
+        return next(answers)
+
+    monkeypatch.setattr(supervisor, "cell_answerer", lambda: Answerer(typed))
+    return asked
+
+
+def walks(n):
+    total = 0
+    for i in range(n):
+        total += helper(i)
+    return total
+
+
+def helper(i):
+    doubled = i * 2
+    return doubled
+
+
+def debugged():
+    if os.environ["RANK"] == "1":
+        pdb.set_trace()
+    return walks(3)
+
+
+def test_pdb_commands_on_a_rank(monkeypatch, capsys):
+    asked = scripted(
+        monkeypatch,
+        [
+            "ll",  # the function's source
+            f"b {helper.__code__.co_firstlineno + 2}",  # a breakpoint in helper's return
+            "c",
+            "p doubled",
+            "!doubled = 100",  # a statement changes a local: helper(0) returns 100
+            "r",  # to helper's return
+            "interact",
+            "print('inside', i)",
+            "EOF",  # leaves interact
+            "cl 1",
+            "c",
+        ],
+    )
+    result = notebook_launcher(debugged, num_processes=2, ui="none")
+    out = capsys.readouterr().out
+    assert result.values == [6, 100 + 2 + 4], out
+    assert asked[0] == "(Pdb rank 1) " and "[rank 1] >>> " in asked, asked
+    lines = out.splitlines()
+    assert any("pdb.set_trace()" in line and line.startswith("[rank1]") for line in lines), out
+    assert "[rank1] 0" in lines and "[rank1] inside 0" in lines, out
