@@ -1,6 +1,6 @@
 """IPython magics for sessions: ``%load_ext notebook_launcher``, then
 
-* ``%%distributed [-n N] [--timeout S] [--cluster ray]``: run the cell's body on every rank of the
+* ``%%distributed [-n N] [--timeout S] [--cluster ray] [--ranks 0,2]``: run the cell's body on every rank of the
   session (one of N processes is started if none is open; ``--cluster ray``: each in a Ray actor
   on a Ray cluster), in each rank's own namespace; the cell's value is the list of every rank's
   last expression (nothing when the body ends in a statement).
@@ -80,7 +80,11 @@ def _options(words: list[str], allowed: tuple[str, ...]) -> tuple[dict[str, Any]
                 )
             if i + 1 >= len(words):
                 raise ValueError(f"{word} needs a value")
-            options[name] = words[i + 1] if name == "cluster" else _number(name, words[i + 1])
+            value = words[i + 1]
+            if name == "ranks":
+                options[name] = _ranks(value)
+            else:
+                options[name] = value if name == "cluster" else _number(name, value)
             i += 2
             continue
         rest.append(word)
@@ -88,14 +92,29 @@ def _options(words: list[str], allowed: tuple[str, ...]) -> tuple[dict[str, Any]
     return options, rest
 
 
-_FLAGS = {"num_processes": "-n N", "timeout": "--timeout SECONDS", "cluster": "--cluster ray"}
+_FLAGS = {
+    "num_processes": "-n N",
+    "timeout": "--timeout SECONDS",
+    "cluster": "--cluster ray",
+    "ranks": "--ranks 0,2",
+}
 _SUBCOMMANDS = ("status", "start", "restart", "close", "push", "pull")
 _OPTION_NAMES = {
     "-n": "num_processes",
     "--num-processes": "num_processes",
     "--timeout": "timeout",
     "--cluster": "cluster",
+    "--ranks": "ranks",
 }
+
+
+def _ranks(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError(
+            f"--ranks: {text!r} is not a list of ranks; write them with commas, e.g. --ranks 0,2"
+        ) from None
 
 
 def _number(name: str, text: str) -> Any:
@@ -134,10 +153,11 @@ def _session(num_processes: int | None, cluster: str | None = None) -> Callable[
 
 def _cell(ipython: Any, line: str, cell: str) -> Callable[[], Any]:
     """Check the cell magic's options; what runs the body on every rank."""
-    options, rest = _options(shlex.split(line), ("num_processes", "timeout", "cluster"))
+    options, rest = _options(shlex.split(line), ("num_processes", "timeout", "cluster", "ranks"))
     if rest:
         raise ValueError(
-            f"%%distributed takes only -n N, --timeout SECONDS and --cluster ray, not {rest!r}"
+            "%%distributed takes only -n N, --timeout SECONDS, --cluster ray and --ranks 0,2, "
+            f"not {rest!r}"
         )
     opened = _session(options.get("num_processes"), options.get("cluster"))
     # The body starts on the cell's second line; named as IPython names the cell, so that
@@ -146,8 +166,11 @@ def _cell(ipython: Any, line: str, cell: str) -> Callable[[], Any]:
     filename = ipython.compile.cache(source, _cell_number(ipython))
 
     def run() -> Any:
-        result = opened().exec(source, timeout=options.get("timeout"), filename=filename)
-        values = result.values
+        ranks = options.get("ranks")
+        result = opened().exec(
+            source, timeout=options.get("timeout"), filename=filename, ranks=ranks
+        )
+        values = result.values if ranks is None else [result.values[r] for r in ranks]
         return None if all(v is None for v in values) else values
 
     return run

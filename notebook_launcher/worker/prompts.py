@@ -37,7 +37,10 @@ from ..utils.cells import code_name
 
 # Modules whose breakpoint hooks a rank must not keep: the kernel's debugger, ipykernel's own,
 # and pytest's (its debugger drives the test process's own output capture).
-_KERNEL_HOOKS = ("debugpy", "_pydevd", "pydevd", "ipykernel", "_pytest")
+_KERNEL_HOOKS = ("debugpy", "_pydevd", "pydevd", "ipykernel", "_pytest", "ray")
+# PYTHONBREAKPOINT values a rank must not keep: Ray sets its remote debugger there in the driver
+# (the kernel, once it joined a cluster) and in every actor, whatever the user chose.
+_FOREIGN_BREAKPOINTS = ("ray.util.",)
 NO_REPLY_PATH = "this kind of rank has no way to reach the cell (XLA replicas take no input)"
 # Names of the cells a session ran (file -> "Cell In[7]"), which the rank's copy of IPython
 # (forked before those cells ran) does not know.
@@ -130,6 +133,8 @@ def install(prompter: RankPrompter) -> None:
     builtins.input = rank_input
     getpass.getpass = rank_getpass
     _forget_kernel_input(prompter)
+    if os.environ.get("PYTHONBREAKPOINT", "").startswith(_FOREIGN_BREAKPOINTS):
+        del os.environ["PYTHONBREAKPOINT"]
     if _from_kernel(sys.breakpointhook):
         sys.breakpointhook = sys.__breakpointhook__  # reads PYTHONBREAKPOINT at each call
     # IPython's kernel puts its own debugger in pdb's place: a rank gets pdb's own.

@@ -137,9 +137,12 @@ def _perform(
         function, args, kwargs = body
         return function(*args, **kwargs)
     if command.kind == protocol.EXEC:
-        source, filename, *shown = body
+        source, filename, *more = body  # and the cell's name, and the ranks that run it
+        shown, chosen = (more + [None, None])[:2]
+        if chosen is not None and rank not in chosen:
+            return None
         if shown:
-            prompts.CELL_NAMES[filename] = shown[0]
+            prompts.CELL_NAMES[filename] = shown
         return run_source(source, filename, namespace)
     if command.kind == protocol.PUSH:
         staged.update(body)

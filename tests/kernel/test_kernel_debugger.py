@@ -231,6 +231,8 @@ def test_breakpoint_in_a_session_cell_then_quit_and_the_session_goes_on(kernel):
     assert "you quit the debugger on rank 1" in quitting.traceback(), quitting.output()
     after = kernel.execute("%%distributed\nrank + 1\n", timeout=60)
     assert after.result() == "[1, 2]", after.output()
+    only = kernel.execute("%%distributed --ranks 1\nrank * 10\n", timeout=60)
+    assert only.result() == "[10]", only.output()
     pids = [p.pid for p in kernel.workers()]
     assert kernel.execute("%distributed close", timeout=60).error() is None
     assert wait_until(lambda: not alive(pids), 10.0)

@@ -27,7 +27,13 @@ from ...protocol.session_messages import Command
 from ...ui import RunPanel, create_view
 from ...utils.cells import code_name
 from ...utils.validation import check_int_in, check_number, invalid
-from ..errors import SessionBrokenError, SessionClosedError, add_note, shown_as_argument_errors
+from ..errors import (
+    DeadlockError,
+    SessionBrokenError,
+    SessionClosedError,
+    add_note,
+    shown_as_argument_errors,
+)
 from ..launchers import LAUNCHERS, make_launcher
 from ..planning import exclusive
 from ..planning.planner import plan_launch
@@ -189,13 +195,20 @@ class Session:
         return self._call(protocol.RUN, (function, args, kwargs), parts, self.settings.timeout)
 
     def exec(
-        self, source: str, *, timeout: float | None = None, filename: str = ""
+        self,
+        source: str,
+        *,
+        timeout: float | None = None,
+        filename: str = "",
+        ranks: list[int] | tuple[int, ...] | None = None,
     ) -> LaunchResult:
         """Run ``source`` on every rank in that rank's own namespace, as a notebook cell runs.
 
         Each rank's value is its last line's when that is an expression, else None. Names
         bound stay for later calls (``exec``, :meth:`pull`). ``timeout`` (default: the
-        session's) bounds this call; ``filename`` names the code in tracebacks.
+        session's) bounds this call; ``filename`` names the code in tracebacks; ``ranks``
+        (default: all) runs it on those ranks only (the others' values are None): a collective
+        it calls then waits for ranks that do not run it, which is reported as a deadlock.
         """
         with shown_as_argument_errors():
             if not isinstance(source, str):
@@ -205,10 +218,27 @@ class Session:
             compile(source, filename or "<session>", "exec")  # a syntax error is raised here
             if timeout is not None:
                 check_number("timeout", timeout, positive=True)
+            chosen = _chosen_ranks(ranks, self.num_processes)
         name = filename or f"<session exec {self._calls + 1}>"
+        try:
+            return self._exec(source, name, chosen, timeout)
+        except DeadlockError as error:
+            if chosen is not None:
+                left_out = [r for r in range(self.num_processes) if r not in chosen]
+                add_note(
+                    error,
+                    f"rank {', '.join(map(str, left_out))} did not run this cell "
+                    f"(ranks={list(chosen)}): a collective waits for every rank of its group",
+                )
+            raise
+
+    def _exec(
+        self, source: str, name: str, chosen: tuple[int, ...] | None, timeout: float | None
+    ) -> LaunchResult:
         return self._call(
             protocol.EXEC,
-            (source, name, code_name(name)),  # the rank's debugger names the cell as IPython
+            # the rank's debugger names the cell as IPython does; only ``chosen`` ranks run it
+            (source, name, code_name(name), chosen),
             {},
             timeout if timeout is not None else self.settings.timeout,
         )
@@ -601,3 +631,16 @@ def _close_all() -> None:
 
 
 __all__ = ["Session"]
+
+
+def _chosen_ranks(ranks: Any, num_processes: int) -> tuple[int, ...] | None:
+    """``ranks`` checked: distinct ranks of the session, at least one; None: every rank."""
+    if ranks is None:
+        return None
+    if isinstance(ranks, (str, bytes)) or not isinstance(ranks, (list, tuple)) or not ranks:
+        raise TypeError(f"ranks must be a non-empty list of ranks, got {ranks!r}")
+    for rank in ranks:
+        check_int_in("ranks", rank, 0, num_processes - 1)
+    if len(set(ranks)) != len(ranks):
+        raise ValueError(f"ranks={list(ranks)!r} names a rank twice")
+    return tuple(ranks)
