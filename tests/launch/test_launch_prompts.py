@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pdb
 import sys
+import time
 
 import pytest
 
@@ -115,3 +116,32 @@ def test_pdb_commands_on_a_rank(monkeypatch, capsys):
     lines = out.splitlines()
     assert any("pdb.set_trace()" in line and line.startswith("[rank1]") for line in lines), out
     assert "[rank1] 0" in lines and "[rank1] inside 0" in lines, out
+
+
+def waits_for_rank_one():
+    from notebook_launcher import PartialState
+
+    state = PartialState()
+    if state.process_index == 1:
+        breakpoint()
+    state.wait_for_everyone()  # rank 0 waits here for rank 1, at its prompt
+    return state.process_index
+
+
+def test_time_at_a_prompt_counts_toward_no_limit(monkeypatch, capsys):
+    def slow(prompt: str, password: bool) -> str:
+        time.sleep(6.0)  # longer than every limit below
+        return "c"
+
+    monkeypatch.setattr(supervisor, "cell_answerer", lambda: Answerer(slow))
+    result = notebook_launcher(
+        waits_for_rank_one,
+        num_processes=2,
+        ui="none",
+        stall_notice=1.0,
+        stall_timeout=2.0,
+        timeout=5.0,
+    )
+    assert result.values == [0, 1]
+    captured = capsys.readouterr()
+    assert "no rank has made progress" not in captured.out + captured.err
