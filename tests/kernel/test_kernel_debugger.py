@@ -325,3 +325,23 @@ def test_debug_after_a_failed_session_call_opens_on_the_failing_rank(kernel):
     pids = [p.pid for p in kernel.workers()]
     assert kernel.execute("%distributed close", timeout=60).error() is None
     assert wait_until(lambda: not alive(pids), 10.0)
+
+
+def test_pdb_on_opens_the_failing_ranks_frame_in_the_failing_cell(kernel):
+    assert kernel.execute("%load_ext notebook_launcher", timeout=30).error() is None
+    assert kernel.execute(SESSION, timeout=120, store_history=True).error() is None
+    assert kernel.execute("%pdb on", timeout=30).error() is None
+    cell = kernel.start(FAILING_STEP, store_history=True, allow_stdin=True)
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
+    cell.answer("p out")
+    cell.prompt(30)
+    assert "[rank1] 12" in cell.stream().splitlines(), cell.output()
+    cell.answer("q")
+    cell.finish(60)  # no second debugger (IPython's, in the kernel's frames) follows
+    assert cell.error() is not None and cell.error()["ename"] == "ValueError", cell.output()
+    assert kernel.execute("%pdb off", timeout=30).error() is None
+    after = kernel.execute("%%distributed\nrank + 1\n", timeout=60)
+    assert after.result() == "[1, 2]", after.output()
+    pids = [p.pid for p in kernel.workers()]
+    assert kernel.execute("%distributed close", timeout=60).error() is None
+    assert wait_until(lambda: not alive(pids), 10.0)

@@ -50,6 +50,7 @@ from ..supervision.runner import worker_spec
 from ..supervision.supervisor import OUTSIDE_STOP
 from .calls import CallSupervisor, interrupted_text, with_session_notes
 from .errors import RESTART_HINT, broken_text
+from .postmortem import debugged_on_rank, shell_wants_pdb
 
 START_TIMEOUT = 300.0  # default seconds for the workers to start and form the group
 CLOSE_WAIT = 10.0  # seconds closed workers get to leave before they are stopped
@@ -426,6 +427,13 @@ class Session:
                 raise KeyboardInterrupt(_not_sent(kind)) from None
             try:
                 return self._call_with(kind, body.data, timeout)
+            except Exception as error:
+                shell = shell_wants_pdb()
+                if shell is not None and kind in (protocol.RUN, protocol.EXEC):
+                    if self.failed_rank is not None and self._state == "alive":
+                        debugged_on_rank(shell, error)
+                        self.debug(self.failed_rank)  # %pdb on: the rank's frames, at once
+                raise
             finally:
                 body.release()
 
