@@ -120,10 +120,17 @@ class Prompter:
         group: the worker group (each handle's ``prompt`` is the request it waits on, if any;
             its sink shows the launcher's lines, its pump reads the ranks).
         answerer: who types the lines.
+        before_ask: called just before each prompt (the views redraw).
     """
 
-    def __init__(self, group: WorkerGroup, answerer: Answerer) -> None:
+    def __init__(
+        self,
+        group: WorkerGroup,
+        answerer: Answerer,
+        before_ask: Callable[[], None] = lambda: None,
+    ) -> None:
         self.group = group
+        self.before_ask = before_ask
         self.handles = group.handles
         self.answerer = answerer
         self.clock = group.clock
@@ -162,6 +169,7 @@ class Prompter:
         self._tell_others(handle, waiting)
         self._show_hidden(handle)
         request: InputRequest = handle.prompt
+        self.before_ask()
         try:
             line = self.answerer.ask(request.label(), request.kind == PASSWORD)
         except EOFError:

@@ -99,7 +99,7 @@ class Supervisor:
         self._next_tick = clock()
         self._next_sample = self._next_tick + FIRST_SAMPLE
         self._oom_kills = oom_kills() if oom_baseline is None else oom_baseline
-        self.prompter = Prompter(self.group, cell_answerer())
+        self.prompter = Prompter(self.group, cell_answerer(), self._before_prompt)
         self._held_at: float | None = None  # since when a rank's prompt holds the clocks
         self._timeout_watch: TimeoutWatchdog | None = None
 
@@ -157,6 +157,10 @@ class Supervisor:
             self.prompter.serve()
             self._hold(self.clock())
 
+    def _before_prompt(self) -> None:
+        """A tick just before the cell blocks on a prompt: views redraw on ticks."""
+        self._tick(self.clock(), force=True)
+
     def _hold(self, now: float) -> None:
         """While a rank waits at a prompt, time stands still for every limit (``timeout``, the
         stall notice and ``stall_timeout``, the deadlock check), for it and for the ranks that
@@ -186,8 +190,8 @@ class Supervisor:
             if self.meter.worked(handle.rank, handle.local_pid, now):
                 handle.last_alive = now
 
-    def _tick(self, now: float) -> None:
-        if now >= self._next_tick:
+    def _tick(self, now: float, force: bool = False) -> None:
+        if force or now >= self._next_tick:
             self._next_tick = now + TICK_EVERY
             alive = tuple((h.rank, h.last_alive) for h in self.handles)
             self.group.publish(SupervisorTick(now, alive))
