@@ -42,6 +42,7 @@ _EXPORTS = {
     ".launch": (
         "ClusterError",
         "DeadlockError",
+        "DebuggerQuit",
         "LaunchBusyError",
         "LaunchError",
         "LaunchHandle",
@@ -58,6 +59,7 @@ _EXPORTS = {
         "SessionBrokenError",
         "SessionClosedError",
         "SlurmCluster",
+        "StdinUnavailableError",
         "WorkerFailure",
         "WorkersFailedError",
         "WorkersNotStartedError",

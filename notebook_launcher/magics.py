@@ -1,13 +1,15 @@
 """IPython magics for sessions: ``%load_ext notebook_launcher``, then
 
-* ``%%distributed [-n N] [--timeout S] [--cluster ray]``: run the cell's body on every rank of the
-  session (one of N processes is started if none is open; ``--cluster ray``: each in a Ray actor
-  on a Ray cluster; ``--cluster slurm``: each a task of a Slurm job step), in each rank's own namespace; the cell's value is the list of every rank's
-  last expression (nothing when the body ends in a statement).
+* ``%%distributed [-n N] [--timeout S] [--cluster ray|slurm] [--ranks 0,2]``: run the cell's body
+  on every rank of the session, or on the ``--ranks`` given (one of N processes is started if none
+  is open; ``--cluster ray``: each in a Ray actor on a Ray cluster; ``--cluster slurm``: each a
+  task of a Slurm job step), in each rank's own namespace; the cell's value is the list of those
+  ranks' last expressions (nothing when the body ends in a statement).
 * ``%distributed status``, ``%distributed restart``, ``%distributed close``.
 * ``%distributed push NAME [NAME ...]``: bind the kernel's values of those names on every rank.
 * ``%distributed pull NAME``: every rank's value of NAME, as a list.
 * ``%distributed start [-n N] [--cluster ray|slurm]``: start a session without running anything.
+* ``%debug`` after a session call failed on a rank: the debugger on that rank, where it failed.
 """
 
 from __future__ import annotations
@@ -24,8 +26,33 @@ from .utils.validation import check_int, check_number
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """Register ``%distributed`` and ``%%distributed`` (``%load_ext notebook_launcher``)."""
+    """Register ``%distributed`` and ``%%distributed`` (``%load_ext notebook_launcher``), and
+    ``%debug`` that reaches a session's rank after a call failed there."""
     ipython.register_magic_function(_line_or_cell(ipython), "line_cell", "distributed")
+    original = ipython.find_line_magic("debug")
+    if original is not None and not getattr(original, "reaches_ranks", False):
+        ipython.register_magic_function(_debug(original), "line", "debug")
+
+
+def _debug(original: Callable[[str], Any]) -> Callable[[str], Any]:
+    def debug(line: str = "") -> Any:
+        """``%debug`` after a session call failed on a rank: the debugger opens on that rank,
+        in the frame where it failed, with its locals. After any other error, IPython's own."""
+        failure = getattr(getattr(sys, "last_value", None), "launch_failure", None)
+        failure = failure or getattr(getattr(sys, "last_value", None), "failure", None)
+        session = Session.current()
+        if (
+            not line.strip()
+            and getattr(failure, "call", None) is not None
+            and session is not None
+            and session.failed_rank == failure.rank
+        ):
+            return session.debug(failure.rank)
+        return original(line)
+
+    debug.reaches_ranks = True  # type: ignore[attr-defined]
+    debug.__doc__ = original.__doc__
+    return debug
 
 
 def _line_or_cell(ipython: Any):
@@ -54,7 +81,11 @@ def _options(words: list[str], allowed: tuple[str, ...]) -> tuple[dict[str, Any]
                 )
             if i + 1 >= len(words):
                 raise ValueError(f"{word} needs a value")
-            options[name] = words[i + 1] if name == "cluster" else _number(name, words[i + 1])
+            value = words[i + 1]
+            if name == "ranks":
+                options[name] = _ranks(value)
+            else:
+                options[name] = value if name == "cluster" else _number(name, value)
             i += 2
             continue
         rest.append(word)
@@ -62,14 +93,29 @@ def _options(words: list[str], allowed: tuple[str, ...]) -> tuple[dict[str, Any]
     return options, rest
 
 
-_FLAGS = {"num_processes": "-n N", "timeout": "--timeout SECONDS", "cluster": "--cluster ray|slurm"}
+_FLAGS = {
+    "num_processes": "-n N",
+    "timeout": "--timeout SECONDS",
+    "cluster": "--cluster ray|slurm",
+    "ranks": "--ranks 0,2",
+}
 _SUBCOMMANDS = ("status", "start", "restart", "close", "push", "pull")
 _OPTION_NAMES = {
     "-n": "num_processes",
     "--num-processes": "num_processes",
     "--timeout": "timeout",
     "--cluster": "cluster",
+    "--ranks": "ranks",
 }
+
+
+def _ranks(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError(
+            f"--ranks: {text!r} is not a list of ranks; write them with commas, e.g. --ranks 0,2"
+        ) from None
 
 
 def _number(name: str, text: str) -> Any:
@@ -108,10 +154,11 @@ def _session(num_processes: int | None, cluster: str | None = None) -> Callable[
 
 def _cell(ipython: Any, line: str, cell: str) -> Callable[[], Any]:
     """Check the cell magic's options; what runs the body on every rank."""
-    options, rest = _options(shlex.split(line), ("num_processes", "timeout", "cluster"))
+    options, rest = _options(shlex.split(line), ("num_processes", "timeout", "cluster", "ranks"))
     if rest:
         raise ValueError(
-            f"%%distributed takes only -n N, --timeout SECONDS and --cluster ray, not {rest!r}"
+            "%%distributed takes only -n N, --timeout SECONDS, --cluster ray|slurm and --ranks 0,2, "
+            f"not {rest!r}"
         )
     opened = _session(options.get("num_processes"), options.get("cluster"))
     # The body starts on the cell's second line; named as IPython names the cell, so that
@@ -120,8 +167,11 @@ def _cell(ipython: Any, line: str, cell: str) -> Callable[[], Any]:
     filename = ipython.compile.cache(source, _cell_number(ipython))
 
     def run() -> Any:
-        result = opened().exec(source, timeout=options.get("timeout"), filename=filename)
-        values = result.values
+        ranks = options.get("ranks")
+        result = opened().exec(
+            source, timeout=options.get("timeout"), filename=filename, ranks=ranks
+        )
+        values = result.values if ranks is None else [result.values[r] for r in ranks]
         return None if all(v is None for v in values) else values
 
     return run

@@ -13,6 +13,7 @@ import traceback
 from collections.abc import Iterator
 
 from ..protocol.failure import WorkerFailure
+from ..protocol.prompts import DebuggerQuit, StdinUnavailableError  # noqa: F401 - public errors
 from ..utils.cells import code_name
 
 

@@ -32,6 +32,7 @@ STDOUT = b"o"  # rank -> kernel: raw bytes the rank wrote to fd 1
 STDERR = b"r"  # rank -> kernel: raw bytes the rank wrote to fd 2
 SIGNAL = b"s"  # kernel -> rank: one byte, the signal number
 COMMAND = b"c"  # kernel -> rank: a session command (protocol.session.Command bytes)
+REPLY = b"p"  # kernel -> rank: the answer to the rank's prompt (a pickled InputReply)
 BEAT = b"b"  # rank -> kernel: nothing but "this rank's process and node still answer"
 BEAT_EVERY = 1.0  # seconds between a rank's heartbeats
 # A WorkerFinished payload that starts with this holds a reference into Ray's object store (the

@@ -20,7 +20,10 @@ COMMIT = "commit"  # bind what the last PUSH brought (sent once every rank has i
 PULL = "pull"  # body: cloudpickled name
 REFORM = "reform"  # re-form the process group (body: nothing); answered by RankIdle(reformed)
 CLOSE = "close"  # leave the loop; the process then exits as after a launch
-KINDS = (RUN, EXEC, PUSH, COMMIT, PULL, REFORM, CLOSE)
+# body: cloudpickled rank: that rank opens the debugger where its last call failed, the others
+# return at once
+DEBUG = "debug"
+KINDS = (RUN, EXEC, PUSH, COMMIT, PULL, REFORM, CLOSE, DEBUG)
 
 
 class CellInterrupted(KeyboardInterrupt):

@@ -24,6 +24,7 @@ from ..protocol.events import (
     WorkerStopped,
 )
 from ..protocol.failure import exit_description
+from ..protocol.prompts import DEBUGGER, InputRequest, PromptAnswered
 from ..protocol.status import RankStatus, next_status
 from .series import MAX_POINTS, MetricSeries
 
@@ -117,6 +118,8 @@ class RunModel:
             TrackingBatch: self._batch,
             SupervisorTick: self._tick,
             RankQuiet: self._quiet,
+            InputRequest: self._prompting,
+            PromptAnswered: self._answered,
         }
 
     # -- reducing ---------------------------------------------------------------------------------
@@ -239,6 +242,20 @@ class RunModel:
         state.notice = f"no progress for {event.quiet_for:.0f} s — {event.where}"[:MAX_TEXT]
         state._notice_since = event.since
         self.version += 1
+
+    def _prompting(self, event: InputRequest, now: float) -> None:
+        state = self._rank(event.rank)
+        if state is None or state.state not in ACTIVE:
+            return
+        state.notice = "in debugger" if event.kind == DEBUGGER else "waiting for input"
+        state._notice_since = float("inf")  # until answered, whatever it does meanwhile
+        self.version += 1
+
+    def _answered(self, event: PromptAnswered, now: float) -> None:
+        state = self._rank(event.rank)
+        if state is not None and state._notice_since == float("inf"):
+            state.notice, state._notice_since = "", None
+            self.version += 1
 
     def _batch(self, event: TrackingBatch, now: float) -> None:
         state = self._rank(event.rank)

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -23,7 +24,7 @@ from ..protocol.names import STACK_DUMP_SIGNAL
 from ..protocol.spec import WorkerSpec
 from ..state import reset_state
 from ..utils.parent_death import die_with_parent
-from . import exit_barrier, session_loop, stopping
+from . import exit_barrier, prompts, session_loop, stopping
 from .reporting import failure_event, flush_streams, result_event, send_live
 
 
@@ -98,6 +99,12 @@ def _forward_kernel_stream(old: Any, new: Any) -> None:
     old.write, old.writelines, old.flush = new.write, new.writelines, new.flush
 
 
+def take_stdin(rank: int, channel: EventChannel, receive: Callable[[], Any] | None) -> None:
+    """Standard input, ``input()``, ``getpass()`` and debuggers of this rank ask the cell (see
+    :mod:`.prompts`); ``receive`` waits for the kernel's answer (None: nobody can answer)."""
+    prompts.install(prompts.RankPrompter(rank, channel.send, receive, flush_streams))
+
+
 def set_up_process(spec: WorkerSpec) -> None:
     """The torchrun environment, torch's thread count, and no singleton inherited from the kernel
     (a forked worker starts from a clean slate)."""
@@ -122,6 +129,7 @@ def call_function(spec: WorkerSpec, payload: Any, channel: EventChannel) -> int:
                 raise
             value = None
         finally:
+            sys.settrace(None)  # a debugger left stepping stops nowhere in what follows
             stopping.leaving()  # what follows reports the outcome: a stop must not cut it short
         event = result_event(rank, value, spec.parent_pid)
     except BaseException as exc:  # report everything, KeyboardInterrupt included
@@ -135,6 +143,9 @@ def call_function(spec: WorkerSpec, payload: Any, channel: EventChannel) -> int:
     flush_streams()
     channel.send(event)
     return 0
+
+
+prompts.ENTRY_CODES.add(call_function.__code__)
 
 
 def shutdown_process_group(ending: bool = False) -> None:
@@ -162,9 +173,11 @@ def run_worker(
     stderr_conn: Any,
     commands_conn: Any = None,
     taken: Any = None,
+    replies_conn: Any = None,
 ) -> None:
     """Entry point of every worker process (the target of ``Process``); a session's worker also
-    gets the read end of its command pipe."""
+    gets the read end of its command pipe, and every worker the read end of the pipe the
+    kernel answers its prompts on."""
     forked = spec.start_method == "fork"
     if forked:
         # Everything inherited from the kernel stays out of this process's garbage collections:
@@ -179,6 +192,7 @@ def run_worker(
     set_up_process(spec)
     channel = EventChannel(event_conn)
     set_context(dataclasses.replace(spec.context, channel=channel))
+    take_stdin(spec.context.rank, channel, replies_conn.recv if replies_conn is not None else None)
     if commands_conn is not None:
         session_loop.attach(commands_conn, taken)
     try:

@@ -46,7 +46,13 @@ from ..protocol.node_environment import describe_node
 from ..protocol.spec import WorkerSpec
 from ..utils.listening import bind_listener, serve_store
 from . import exit_barrier, session_loop
-from .bootstrap import call_function, redirect_streams, set_up_process, shutdown_process_group
+from .bootstrap import (
+    call_function,
+    redirect_streams,
+    set_up_process,
+    shutdown_process_group,
+    take_stdin,
+)
 from .reporting import flush_streams
 
 logger = logging.getLogger(__name__)
@@ -126,6 +132,7 @@ class KernelLink:
         self._closing = False
         self._main = threading.main_thread().ident
         self.commands, self._commands_w = Pipe(duplex=False) if session else (None, None)
+        self.replies, self._replies_w = Pipe(duplex=False)  # answers to the rank's prompts
         self._control = threading.Thread(
             target=self._serve, name="notebook_launcher-control", daemon=True
         )
@@ -178,8 +185,11 @@ class KernelLink:
                     signal.pthread_kill(self._main, body[0])
                 elif tag == remote_link.COMMAND and self._commands_w is not None:
                     self._commands_w.send_bytes(body)
+                elif tag == remote_link.REPLY:
+                    self._replies_w.send_bytes(body)
         except (EOFError, OSError):
             pass
+        self._replies_w.close()  # a prompt waiting for its answer ends
         if self._commands_w is not None:
             self._commands_w.close()  # a session loop waiting for a command ends
         if not self._closing:  # the kernel is gone: stop the rank, as a local one dies with it
@@ -197,7 +207,7 @@ class KernelLink:
             pass
         self._control.join(1.0)
         self._beat.join(1.0)
-        for end in (self._conn, self._sock, self.commands):
+        for end in (self._conn, self._sock, self.commands, self.replies):
             if end is not None:
                 end.close()
 
@@ -331,6 +341,7 @@ def run_worker(
         set_up_process(spec)
         channel = EventChannel(link)
         set_context(dataclasses.replace(spec.context, channel=channel))
+        take_stdin(context.rank, channel, link.replies.recv)
         if link.commands is not None:
             session_loop.attach(link.commands)
         code = call_function(spec, payload, channel)

@@ -11,9 +11,11 @@ from .. import live
 from ..protocol import results
 from ..protocol.events import WorkerFailed, WorkerFinished
 from ..utils.tree import to_cpu
+from .prompts import quit_error
 
 
 def failure_event(rank: int, exc: BaseException) -> WorkerFailed:
+    exc = quit_error(exc, rank)
     try:
         payload = results.dumps(exc)
         results.receive(payload).load()

@@ -18,6 +18,7 @@ import builtins
 import linecache
 import os
 import signal
+import sys
 import time
 from datetime import timedelta
 from typing import Any
@@ -28,7 +29,7 @@ from ..protocol.context import current_context
 from ..protocol.events import EventBatch
 from ..protocol.session_messages import CellInterrupted, Command, RankBusy, RankIdle
 from ..state import PartialState
-from . import stopping
+from . import prompts, stopping
 from .regroup import GroupSockets, held_models, rebind
 from .reporting import failure_event, flush_streams, result_event, send_live
 
@@ -73,6 +74,7 @@ def serve() -> None:
         state = PartialState()  # forms the process group
     generation = 0
     staged: dict[str, Any] = {}  # values pushed, bound on commit
+    failed: list[Any] = []  # the traceback of the last call, if it failed here
     channel.send(RankIdle(rank, 0, _position(state)))
     while True:
         try:
@@ -86,6 +88,8 @@ def serve() -> None:
             staged = {}
             continue
         staged = {}  # a push not committed before the next command never takes effect
+        if command.kind in (protocol.RUN, protocol.EXEC):
+            failed.clear()  # the frames of the last failure are kept until the next call
         if command.kind == protocol.REFORM:
             generation += 1
             channel.send(_reform(state, sockets, rank, command.call, generation))
@@ -101,7 +105,7 @@ def serve() -> None:
             _phase = RUNNING
             if _pending:
                 raise CellInterrupted()
-            value = _perform(command, namespace, staged)
+            value = _perform(command, namespace, staged, rank, failed)
             _phase = IDLE
             event = result_event(rank, value, owner)
         except stopping.RankStopped:  # asked to end: the rank leaves, reporting why
@@ -113,13 +117,18 @@ def serve() -> None:
                 event = result_event(rank, None, owner)
             else:
                 event = failure_event(rank, exc)
-            del exc  # its traceback holds the command's frames
+                if command.kind in (protocol.RUN, protocol.EXEC):
+                    failed[:] = [exc.__traceback__]  # for a post-mortem (Session.debug)
+            del exc
+        sys.settrace(None)  # a debugger left stepping stops nowhere in the next call
         send_live(stop=False)  # the next call logs again
         flush_streams()
         channel.send(EventBatch((event, RankIdle(rank, command.call, _position(state)))))
 
 
-def _perform(command: Command, namespace: dict[str, Any], staged: dict[str, Any]) -> Any:
+def _perform(
+    command: Command, namespace: dict[str, Any], staged: dict[str, Any], rank: int, failed: list
+) -> Any:
     # Large values are mapped from the kernel's shared-memory files (every rank maps the same
     # ones, privately: a rank that writes into a value changes its own copy); the kernel removes
     # the files once the call has ended on every rank.
@@ -128,10 +137,19 @@ def _perform(command: Command, namespace: dict[str, Any], staged: dict[str, Any]
         function, args, kwargs = body
         return function(*args, **kwargs)
     if command.kind == protocol.EXEC:
-        source, filename = body
+        source, filename, *more = body  # and the cell's name, and the ranks that run it
+        shown, chosen = (more + [None, None])[:2]
+        if chosen is not None and rank not in chosen:
+            return None
+        if shown:
+            prompts.CELL_NAMES[filename] = shown
         return run_source(source, filename, namespace)
     if command.kind == protocol.PUSH:
         staged.update(body)
+        return None
+    if command.kind == protocol.DEBUG:
+        if body == rank:
+            prompts.post_mortem(failed[0] if failed else None, rank)
         return None
     if command.kind == protocol.PULL:
         if body not in namespace:
@@ -151,6 +169,9 @@ def run_source(source: str, filename: str, namespace: dict[str, Any]) -> Any:
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(tree, filename, "exec"), namespace)
     return eval(compile(last, filename, "eval"), namespace) if last is not None else None
+
+
+prompts.ENTRY_CODES.update((_perform.__code__, run_source.__code__))
 
 
 def _position(state: PartialState) -> tuple[int, ...]:

@@ -43,11 +43,17 @@ from ..protocol.events import WorkerFailed
 from ..protocol.failure import WorkerFailure, looks_secondary
 from ..utils.enums import MIXED_PRECISION_CHOICES
 from ..utils.tree import to_cpu
+from . import prompts
 from .bootstrap import shutdown_process_group
+from .reporting import flush_streams as _flush
 
 DEFAULT_PREFIX = "[rank{rank}] "
 DRAIN_WAIT = 2.0  # seconds to wait for the last output lines at exit
 SECONDARY_DELAY = 3.0  # seconds a rank that only lost its peers waits before it reports
+NO_INPUT_UNDER_TORCHRUN = (
+    "python -m notebook_launcher.run runs it as a torchrun worker, which takes no input (debug it "
+    "in a notebook, where a rank's prompt opens in the cell)"
+)
 
 
 def load_function(spec: str) -> Callable[..., Any]:
@@ -240,6 +246,8 @@ def _run(options: argparse.Namespace, output: LabelledOutput | None) -> int:
     errors.initialize()
     if output is not None:  # initialize() pointed faulthandler at sys.stderr
         output.crash_reports_unlabelled()
+    rank = int(os.environ.get("RANK", "0"))
+    prompts.install(prompts.RankPrompter(rank, print, None, _flush, NO_INPUT_UNDER_TORCHRUN))
     try:
         function = load_function(options.function)
         value = function(*[parse_argument(a) for a in options.args])

@@ -27,7 +27,7 @@ from ..protocol.spec import ReplicaGroup
 from ..state import reset_state
 from ..utils.parent_death import die_with_parent
 from ..utils.replicas import use_thread_replicas
-from .bootstrap import call_function, flush_streams, redirect_streams, set_up_process
+from .bootstrap import call_function, flush_streams, redirect_streams, set_up_process, take_stdin
 
 FAILED_REPLICA_LINGER = 30.0  # a failed thread replica waits this long for the kernel to stop it
 
@@ -247,6 +247,8 @@ def run_replica(index: int, payload: bytes) -> None:
         spec.context, rank=rank, local_rank=local_rank, world_size=world, channel=channel
     )
     set_context(context)
+    if first:  # nothing of the kernel's input machinery stays; XLA replicas take no input
+        take_stdin(rank, channel, None)
     code = call_function(dataclasses.replace(spec, context=context), payload, channel)
     flush_streams()
     if code:

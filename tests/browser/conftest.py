@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
+
 import pytest
 from helpers.jupyterlab import missing
 
@@ -14,3 +18,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "browser" in item.keywords:
             item.add_marker(pytest.mark.skip(reason=REASON))
+
+
+@pytest.fixture
+def shots(tmp_path):
+    """Where a test puts its screenshots; copied to $NOTEBOOK_LAUNCHER_SCREENSHOTS (say docs/)
+    when that is set and the test passed."""
+    folder = tmp_path / "shots"
+    folder.mkdir()
+    yield folder
+    target = os.environ.get("NOTEBOOK_LAUNCHER_SCREENSHOTS")
+    if target:
+        for picture in folder.iterdir():
+            shutil.copy(picture, Path(target) / picture.name)

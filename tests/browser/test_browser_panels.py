@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -69,19 +68,6 @@ LOGGED = """(i) => {
     const chart = document.querySelectorAll('.nl-metrics')[i]?.querySelector('[data-metric="loss"]');
     return chart ? Number(chart.dataset.logged) : 0;
 }"""
-
-
-@pytest.fixture
-def shots(tmp_path):
-    """Where a test puts its screenshots; copied to $NOTEBOOK_LAUNCHER_SCREENSHOTS (say docs/)
-    when that is set and the test passed."""
-    folder = tmp_path / "shots"
-    folder.mkdir()
-    yield folder
-    target = os.environ.get("NOTEBOOK_LAUNCHER_SCREENSHOTS")
-    if target:
-        for picture in folder.iterdir():
-            shutil.copy(picture, Path(target) / picture.name)
 
 
 def run_all(page) -> None:

@@ -73,8 +73,8 @@ class Kernel:
     def execute(self, code: str, timeout: float, store_history: bool = False) -> Cell:
         return execute(self.kc, code, timeout, store_history)
 
-    def start(self, code: str) -> Cell:
-        return start(self.kc, code)
+    def start(self, code: str, store_history: bool = False, allow_stdin: bool = False) -> Cell:
+        return start(self.kc, code, store_history, allow_stdin)
 
     def watch(self, pids: list[int]) -> None:
         """Check at close that these processes ended (and kill them if not)."""
@@ -181,6 +181,43 @@ class Cell:
             self.poll(left)
         return True
 
+    def prompt(self, timeout: float) -> str:
+        """Wait for this cell's next ``input_request`` (collecting IOPub meanwhile); its prompt.
+        Fails with the output so far if none comes in time."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and not self.done:
+            try:
+                msg = self.kc.get_stdin_msg(timeout=0.05)
+            except queue.Empty:
+                self.poll(0.05)
+                continue
+            if msg.get("parent_header", {}).get("msg_id") != self.msg_id:
+                continue
+            if msg["msg_type"] == "input_request":
+                self.drain_iopub()
+                return msg["content"]["prompt"]
+        raise AssertionError(
+            f"no input request within {timeout} s (cell done: {self.done}); output so far:\n"
+            f"{self.output()}"
+        )
+
+    def answer(self, text: str) -> None:
+        """Reply to the pending ``input_request`` with ``text``."""
+        self.kc.input(text)
+
+    def converse(self, lines: list[str], timeout: float) -> list[str]:
+        """Answer one prompt after another with ``lines``; the prompts, in order."""
+        prompts = []
+        for line in lines:
+            prompts.append(self.prompt(timeout))
+            self.answer(line)
+        return prompts
+
+    def drain_iopub(self, quiet: float = 0.2) -> None:
+        """Collect IOPub messages until none came for ``quiet`` seconds."""
+        while self.poll(quiet) is not None:
+            pass
+
     def finish(self, timeout: float) -> list[dict]:
         """Collect until the kernel reports idle for this cell; fail if it takes longer."""
         self.wait_for(lambda cell: cell.done, timeout)
@@ -231,10 +268,11 @@ class Cell:
         return "\n".join(p for p in parts if p)
 
 
-def start(kc, code: str, store_history: bool = False) -> Cell:
+def start(kc, code: str, store_history: bool = False, allow_stdin: bool = False) -> Cell:
     """Send ``code`` for execution and return the cell, without waiting for it
-    (``store_history``: numbered ``In[N]`` as a notebook's cells are)."""
-    msg_id = kc.execute(code, store_history=store_history)
+    (``store_history``: numbered ``In[N]`` as a notebook's cells are; ``allow_stdin``: the cell
+    may ask for input, answered with :meth:`Cell.answer`)."""
+    msg_id = kc.execute(code, store_history=store_history, allow_stdin=allow_stdin)
     return Cell(kc, msg_id, time.monotonic())
 
 

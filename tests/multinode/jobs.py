@@ -84,3 +84,9 @@ def node_1_lingers(seconds: float) -> int:
         time.sleep(seconds)
     state.wait_for_everyone()
     return state.process_index
+
+
+def stops_at_breakpoint() -> int:
+    """Reaches ``breakpoint()``: under torchrun nobody can answer its prompt."""
+    breakpoint()
+    return 0

@@ -46,6 +46,8 @@ class WorkerHandle:
     # ... and the call it has taken (shared memory it writes and the kernel reads: no message)
     taken: Any = None
     node: str | None = None  # a rank on another machine: its node, as errors name it
+    replies: Any = None  # the write end of the pipe the rank's prompts are answered on
+    prompt: Any = None  # the InputRequest the rank waits on an answer to, if any
 
     @property
     def local_pid(self) -> int | None:
@@ -60,6 +62,14 @@ class WorkerHandle:
             os.kill(self.pid, signum)
         except (OSError, TypeError):
             pass
+
+    def answer(self, reply: Any) -> bool:
+        """Send the rank the answer to its prompt; False if it cannot be reached."""
+        try:
+            self.replies.send(reply)
+        except (OSError, AttributeError):
+            return False
+        return True
 
     def kill(self) -> None:
         """Kill the worker and everything it started (its process group alone once the worker
@@ -99,7 +109,8 @@ class WorkerHandle:
         return self.events.closed
 
     def close(self) -> None:
-        for conn in [self.events, *self.streams, *([self.commands] if self.commands else [])]:
+        extra = [c for c in (self.commands, self.replies) if c is not None]
+        for conn in [self.events, *self.streams, *extra]:
             try:
                 conn.close()
             except OSError:
@@ -192,9 +203,10 @@ class Launcher(ABC):
         rank = spec.context.rank
         commands_r, commands_w = ctx.Pipe(duplex=False) if spec.session else (None, None)
         taken = ctx.RawValue("q", 0) if spec.session else None
+        replies_r, replies_w = ctx.Pipe(duplex=False)
         process = ctx.Process(
             target=entry_point(WORKER_ENTRY),
-            args=(spec, payload, events_w, out_w, err_w, commands_r, taken),
+            args=(spec, payload, events_w, out_w, err_w, commands_r, taken, replies_r),
             name=f"notebook_launcher-rank{rank}",
             daemon=False,  # daemonic processes may not start DataLoader workers
         )
@@ -202,7 +214,7 @@ class Launcher(ABC):
             process.start()
             janitor.watch(process.pid)  # its files go with this kernel, should it be killed
         except BaseException:
-            for conn in (events_r, out_r, err_r, commands_w):
+            for conn in (events_r, out_r, err_r, commands_w, replies_w):
                 if conn is not None:
                     conn.close()
             raise
@@ -210,7 +222,7 @@ class Launcher(ABC):
             # The kernel keeps only read ends (and the command pipe's write end), so EOF arrives
             # once the worker's side is gone, and workers started later do not inherit this
             # worker's ends.
-            for conn in (events_w, out_w, err_w, commands_r):
+            for conn in (events_w, out_w, err_w, commands_r, replies_r):
                 if conn is not None:
                     conn.close()
         return WorkerHandle(
@@ -224,4 +236,5 @@ class Launcher(ABC):
             node_rank=spec.context.node_rank if spec.context.num_nodes > 1 else None,
             commands=commands_w,
             taken=taken,
+            replies=replies_w,
         )

@@ -29,7 +29,7 @@ from ..processes.signals import InterruptFlag, interrupts_noted
 from ..supervision.group import WorkerGroup
 from ..supervision.stacks import where_ranks_were
 from ..supervision.supervisor import EXIT_GRACE, Supervisor
-from ..supervision.watchdogs import TimeoutWatchdog, Verdict
+from ..supervision.watchdogs import Verdict
 from .errors import RESTART_HINT, call_failed, outcome_text, with_outcome
 
 SETTLE = 0.3  # seconds the other ranks get to end a failed call before the group is re-formed
@@ -94,7 +94,7 @@ class CallSupervisor(Supervisor):
         self, deadline: float | None, interrupted: InterruptFlag
     ) -> list[results.Received | None]:
         group = self.group
-        watchdogs = [TimeoutWatchdog(group, deadline, self.scope), *self.watchdogs]
+        watchdogs = self.all_watchdogs(deadline)
         while True:
             if interrupted.is_set():
                 raise KeyboardInterrupt

@@ -24,8 +24,15 @@ from ...protocol import names, results, shared_files
 from ...protocol import session_messages as protocol
 from ...protocol.session_messages import Command
 from ...ui import RunPanel, create_view
-from ...utils.validation import check_number, invalid
-from ..errors import SessionBrokenError, SessionClosedError, add_note, shown_as_argument_errors
+from ...utils.cells import code_name
+from ...utils.validation import check_int_in, check_number, invalid
+from ..errors import (
+    DeadlockError,
+    SessionBrokenError,
+    SessionClosedError,
+    add_note,
+    shown_as_argument_errors,
+)
 from ..launchers import LAUNCHERS
 from ..planning import exclusive
 from ..planning.entry import checked_plan
@@ -42,6 +49,7 @@ from ..supervision.runner import output_sink, prepared_launcher, start_workers
 from ..supervision.supervisor import OUTSIDE_STOP
 from .calls import CallSupervisor, interrupted_text, with_session_notes
 from .errors import RESTART_HINT, broken_text
+from .postmortem import debugged_on_rank, shell_wants_pdb
 
 START_TIMEOUT = 300.0  # default seconds for the workers to start and form the group
 CLOSE_WAIT = 10.0  # seconds closed workers get to leave before they are stopped
@@ -144,6 +152,7 @@ class Session:
         # on every call: what a rank's SIGKILL is compared with.
         self._oom_baseline = oom_kills()
         self._last_call = 0.0  # the monotonic time the last call ended (see IDLE_QUIET)
+        self.failed_rank: int | None = None  # the rank whose failure ended the last call
         self._start()
 
     # -- what users call --------------------------------------------------------------------
@@ -188,13 +197,20 @@ class Session:
         return self._call(protocol.RUN, (function, args, kwargs), parts, self.settings.timeout)
 
     def exec(
-        self, source: str, *, timeout: float | None = None, filename: str = ""
+        self,
+        source: str,
+        *,
+        timeout: float | None = None,
+        filename: str = "",
+        ranks: list[int] | tuple[int, ...] | None = None,
     ) -> LaunchResult:
         """Run ``source`` on every rank in that rank's own namespace, as a notebook cell runs.
 
         Each rank's value is its last line's when that is an expression, else None. Names
         bound stay for later calls (``exec``, :meth:`pull`). ``timeout`` (default: the
-        session's) bounds this call; ``filename`` names the code in tracebacks.
+        session's) bounds this call; ``filename`` names the code in tracebacks; ``ranks``
+        (default: all) runs it on those ranks only (the others' values are None): a collective
+        it calls then waits for ranks that do not run it, which is reported as a deadlock.
         """
         with shown_as_argument_errors():
             if not isinstance(source, str):
@@ -204,10 +220,27 @@ class Session:
             compile(source, filename or "<session>", "exec")  # a syntax error is raised here
             if timeout is not None:
                 check_number("timeout", timeout, positive=True)
+            chosen = _chosen_ranks(ranks, self.num_processes)
         name = filename or f"<session exec {self._calls + 1}>"
+        try:
+            return self._exec(source, name, chosen, timeout)
+        except DeadlockError as error:
+            if chosen is not None:
+                left_out = [r for r in range(self.num_processes) if r not in chosen]
+                add_note(
+                    error,
+                    f"rank {', '.join(map(str, left_out))} did not run this cell "
+                    f"(ranks={list(chosen)}): a collective waits for every rank of its group",
+                )
+            raise
+
+    def _exec(
+        self, source: str, name: str, chosen: tuple[int, ...] | None, timeout: float | None
+    ) -> LaunchResult:
         return self._call(
             protocol.EXEC,
-            (source, name),
+            # the rank's debugger names the cell as IPython does; only ``chosen`` ranks run it
+            (source, name, code_name(name), chosen),
             {},
             timeout if timeout is not None else self.settings.timeout,
         )
@@ -226,6 +259,21 @@ class Session:
         with shown_as_argument_errors():
             _check_name(name)
         return self._call(protocol.PULL, name, {}, self.settings.timeout).values
+
+    def debug(self, rank: int | None = None) -> None:
+        """Open the debugger on ``rank`` (default: the rank whose failure ended the last call)
+        in the frame where that call failed, with its locals, as ``%debug`` does for local code.
+        The prompt opens in this cell; ``q`` or ``c`` ends it."""
+        with shown_as_argument_errors():
+            if rank is None:
+                rank = self.failed_rank
+            if rank is None:
+                raise ValueError(
+                    "no call of this session has failed on a rank since the last one that ran: "
+                    "nothing to debug"
+                )
+            check_int_in("rank", rank, 0, self.num_processes - 1)
+        self._call(protocol.DEBUG, rank, {}, None)
 
     def restart(self) -> None:
         """Stop the workers and start new ones with the same settings. Every rank's state (its
@@ -374,6 +422,13 @@ class Session:
                 raise KeyboardInterrupt(_not_sent(kind)) from None
             try:
                 return self._call_with(kind, body.data, timeout)
+            except Exception as error:
+                shell = shell_wants_pdb()
+                if shell is not None and kind in (protocol.RUN, protocol.EXEC):
+                    if self.failed_rank is not None and self._state == "alive":
+                        debugged_on_rank(shell, error)
+                        self.debug(self.failed_rank)  # %pdb on: the rank's frames, at once
+                raise
             finally:
                 body.release()
 
@@ -384,6 +439,8 @@ class Session:
             view = None
             try:
                 self._calls += 1
+                if kind in (protocol.RUN, protocol.EXEC):  # the ranks drop their last failure
+                    self.failed_rank = None
                 plan = self._plan
                 supervisor = CallSupervisor(group, plan, self._calls, self._oom_baseline)
                 if self.settings.ui != "none" and kind in (protocol.RUN, protocol.EXEC):
@@ -422,6 +479,11 @@ class Session:
                     self._break(f"a worker's command pipe closed ({error})")
                     raise SessionBrokenError(f"the session broke: {self._broken}") from None
                 except BaseException as error:
+                    failure = getattr(error, "launch_failure", None) or getattr(
+                        error, "failure", None
+                    )
+                    if kind != protocol.DEBUG:
+                        self.failed_rank = getattr(failure, "rank", None)
                     with interrupts_deferred():
                         self._settled(supervisor)
                     if kind == protocol.PUSH:
@@ -578,3 +640,16 @@ def _close_all() -> None:
 
 
 __all__ = ["Session"]
+
+
+def _chosen_ranks(ranks: Any, num_processes: int) -> tuple[int, ...] | None:
+    """``ranks`` checked: distinct ranks of the session, at least one; None: every rank."""
+    if ranks is None:
+        return None
+    if isinstance(ranks, (str, bytes)) or not isinstance(ranks, (list, tuple)) or not ranks:
+        raise TypeError(f"ranks must be a non-empty list of ranks, got {ranks!r}")
+    for rank in ranks:
+        check_int_in("ranks", rank, 0, num_processes - 1)
+    if len(set(ranks)) != len(ranks):
+        raise ValueError(f"ranks={list(ranks)!r} names a rank twice")
+    return tuple(ranks)

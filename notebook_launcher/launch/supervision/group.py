@@ -19,6 +19,7 @@ from ...protocol.events import (
     WorkerStarted,
     WorkerStopped,
 )
+from ...protocol.prompts import InputRequest
 from ...protocol.status import RankStatus, next_status
 from ..launchers import WorkerHandle
 from ..planning.settings import DEFAULTS
@@ -164,6 +165,10 @@ class WorkerGroup:
             handle.failed = event if not isinstance(event, WorkerExited) else None
         if getattr(event, "exc_type", None) == names.STOPPED_TYPE and handle not in self._signalled:
             handle.stopped_from_outside = True  # (a session's rank between calls, too)
+        if isinstance(event, InputRequest):
+            handle.prompt = event  # answered by the supervising cell (see .prompting)
+        elif not status.active:
+            handle.prompt = None
         handle.status = status
         self.publish(event)
 

@@ -55,9 +55,12 @@ class OutputSink:
         self._stderr = stderr
         self._prefixes: dict[int, str] = {}
         self._pending: list[tuple[str, str]] = []  # (stream, text) not written yet
+        self.also_shown: set[int] = set()  # ranks shown whatever the policy (in a debugger)
 
     def shows(self, rank: int) -> bool:
-        return self.policy == "all" or (self.policy == "main" and rank == 0)
+        return (
+            self.policy == "all" or (self.policy == "main" and rank == 0) or rank in self.also_shown
+        )
 
     def write(self, line: OutputLine) -> None:
         prefix = self._prefixes.get(line.rank)

@@ -17,6 +17,7 @@ from .group import STOP_GRACE, WorkerGroup
 from .liveness import SAMPLE_EVERY, Usage, WorkMeter, measure
 from .oom import killed_for_memory, memory_text, oom_kills
 from .output import OutputSink
+from .prompting import Prompter, cell_answerer
 from .stacks import trim_kernel_frames
 from .watchdogs import DEADLOCK_AFTER, DeadlockWatchdog, StallWatchdog, TimeoutWatchdog, Verdict
 
@@ -98,13 +99,16 @@ class Supervisor:
         self._next_tick = clock()
         self._next_sample = self._next_tick + FIRST_SAMPLE
         self._oom_kills = oom_kills() if oom_baseline is None else oom_baseline
+        self.prompter = Prompter(self.group, cell_answerer(), self._before_prompt)
+        self._held_at: float | None = None  # since when a rank's prompt holds the clocks
+        self._timeout_watch: TimeoutWatchdog | None = None
 
     # -- the loop ---------------------------------------------------------------------------------
 
     def run(self, deadline: float | None) -> list[results.Received]:
         """Supervise until every rank returned (their results, in rank order) or raise."""
         group = self.group
-        watchdogs = [TimeoutWatchdog(group, deadline, self.scope), *self.watchdogs]
+        watchdogs = self.all_watchdogs(deadline)
         while True:
             if group.with_status(RankStatus.FAILED):
                 error, failure = self._fail_fast()
@@ -127,11 +131,17 @@ class Supervisor:
                 raise stop_for
             self.turn(watchdogs, deadline)
 
+    def all_watchdogs(self, deadline: float | None) -> list:
+        """The watchdogs of a run ending at ``deadline``: its timeout's, then the others."""
+        self._timeout_watch = TimeoutWatchdog(self.group, deadline, self.scope)
+        return [self._timeout_watch, *self.watchdogs]
+
     def turn(self, watchdogs: list, deadline: float | None) -> None:
         """One turn of the loop once nothing has ended: measure the ranks, tell the listeners,
         let each watchdog judge (a verdict goes to :meth:`_judged`, which raises), then read
-        the workers until the next turn."""
+        the workers until the next turn, and answer a rank's prompt if one waits."""
         now = self.clock()
+        self._hold(now)
         self._measure(now)
         self._tick(now)
         for watchdog in watchdogs:
@@ -139,9 +149,37 @@ class Supervisor:
             if verdict is not None:
                 self._judged(verdict)
         wait_for = self.monitor_interval
-        if deadline is not None:
-            wait_for = max(0.0, min(wait_for, deadline - now))
+        if self._timeout_watch is not None and self._timeout_watch.deadline is not None:
+            wait_for = max(0.0, min(wait_for, self._timeout_watch.deadline - now))
         self.group.pump(wait_for)
+        if self.prompter.waiting():
+            self._hold(self.clock())
+            self.prompter.serve()
+            self._hold(self.clock())
+
+    def _before_prompt(self) -> None:
+        """A tick just before the cell blocks on a prompt: views redraw on ticks."""
+        self._tick(self.clock(), force=True)
+
+    def _hold(self, now: float) -> None:
+        """While a rank waits at a prompt, time stands still for every limit (``timeout``, the
+        stall notice and ``stall_timeout``, the deadlock check), for it and for the ranks that
+        wait for it: the time since the last look is added to each of them."""
+        if self._held_at is not None and now > self._held_at:
+            self.shift(now - self._held_at, now)
+        self._held_at = now if self.prompter.waiting() else None
+
+    def shift(self, seconds: float, now: float) -> None:
+        """Move every time limit of the run ``seconds`` later (the ranks' last signs of life no
+        later than ``now``)."""
+        for handle in self.handles:
+            handle.last_alive = min(handle.last_alive + seconds, now)
+            if handle.finished_at is not None:
+                handle.finished_at = min(handle.finished_at + seconds, now)
+        self._next_sample += seconds
+        for watchdog in [self._timeout_watch, *self.watchdogs]:
+            if watchdog is not None:
+                watchdog.shift(seconds)
 
     def _measure(self, now: float) -> None:
         """Every ``SAMPLE_EVERY`` seconds: a rank whose processes worked shows a sign of life."""
@@ -152,8 +190,8 @@ class Supervisor:
             if self.meter.worked(handle.rank, handle.local_pid, now):
                 handle.last_alive = now
 
-    def _tick(self, now: float) -> None:
-        if now >= self._next_tick:
+    def _tick(self, now: float, force: bool = False) -> None:
+        if force or now >= self._next_tick:
             self._next_tick = now + TICK_EVERY
             alive = tuple((h.rank, h.last_alive) for h in self.handles)
             self.group.publish(SupervisorTick(now, alive))

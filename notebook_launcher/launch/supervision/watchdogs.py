@@ -62,6 +62,11 @@ class TimeoutWatchdog:
         self.deadline = deadline
         self.scope = scope  # what is stopped: "launch", or a session's "call"
 
+    def shift(self, seconds: float) -> None:
+        """Move the deadline ``seconds`` later (time a rank spent at a prompt)."""
+        if self.deadline is not None:
+            self.deadline += seconds
+
     def check(self, now: float) -> Verdict | None:
         if self.deadline is None or now < self.deadline:
             return None
@@ -111,6 +116,14 @@ class StallWatchdog:
         self._next_sample = 0.0
         self._signatures: dict[int, tuple[tuple | None, float]] = {}  # rank -> (signature, when)
         self._noticed: float | None = None  # the last_progress of the spell noticed
+
+    def shift(self, seconds: float) -> None:
+        """Move the times this watchdog keeps ``seconds`` later (the ranks' ``last_alive`` are
+        moved by the supervisor)."""
+        self._next_sample += seconds
+        self._signatures = {r: (sig, when + seconds) for r, (sig, when) in self._signatures.items()}
+        if self._noticed is not None:
+            self._noticed += seconds
 
     def check(self, now: float) -> Verdict | None:
         if self.sample_gap is None or not self.group.active():
@@ -211,6 +224,11 @@ class DeadlockWatchdog:
         self.scope = scope
         self._next_check = float("-inf")
         self._places: dict | None = None  # the last sample of the waiting ranks
+
+    def shift(self, seconds: float) -> None:
+        """Move the next check ``seconds`` later (the ranks' ``finished_at`` are moved by the
+        supervisor)."""
+        self._next_check += seconds
 
     def check(self, now: float) -> Verdict | None:
         if now < self._next_check:

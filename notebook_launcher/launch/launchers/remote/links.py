@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import socket
 import threading
 import time
@@ -156,6 +157,13 @@ class RemoteHandle(WorkerHandle):
                 raise BrokenPipeError(
                     f"rank {self.rank}'s connection is closed ({error})"
                 ) from None
+
+    def answer(self, reply: Any) -> bool:
+        try:
+            self.link_send(remote_link.REPLY, pickle.dumps(reply))
+        except BrokenPipeError:
+            return False
+        return True
 
     def send_signal(self, signum: int) -> None:
         if self.link is None:

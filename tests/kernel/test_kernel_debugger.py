@@ -1,0 +1,347 @@
+"""A debugger on the ranks, in a real ipykernel answering ``input_request``s as a frontend does:
+breakpoints in a launch and in a session, pdb commands, several ranks at once, ``input()``, a
+stall that does not fire at a prompt, ``q``, an interrupt, and a frontend that takes no input."""
+
+from __future__ import annotations
+
+import ast
+import re
+import time
+
+import pytest
+from helpers.kernelrun import alive, wait_until
+
+pytestmark = pytest.mark.kernel
+
+PROMPT_WAIT = 90.0  # seconds for a prompt (the first one starts the workers)
+LAUNCH = r"""
+import os
+from notebook_launcher import notebook_launcher
+
+def train(where):
+    rank = int(os.environ["RANK"])  # (IPython drops the cell's first, empty line)
+    x = rank * 10
+    if where == "all" or rank == where:
+        breakpoint()
+    y = x + 1
+    return y
+"""
+
+
+def defined(kernel, code: str = LAUNCH) -> None:
+    cell = kernel.execute(code, timeout=60, store_history=True)
+    assert cell.error() is None, cell.output()
+
+
+def launch(kernel, call: str, **settings) -> object:
+    extra = "".join(f", {key}={value!r}" for key, value in settings.items())
+    return kernel.start(
+        f"notebook_launcher(train, args=({call},), num_processes=2{extra}).values",
+        store_history=True,
+        allow_stdin=True,
+    )
+
+
+def test_breakpoint_on_one_rank_takes_pdb_commands_in_the_cell(kernel):
+    defined(kernel)
+    cell = launch(kernel, "1")
+    prompt = cell.prompt(PROMPT_WAIT)
+    assert prompt == "(Pdb rank 1) ", cell.output()
+    # Where it stopped, as IPython names a cell.
+    assert re.search(r"\[rank1\] > Cell In\[\d+\], line 9, in train\(\)", cell.stream()), (
+        cell.output()
+    )
+    assert "[rank1] -> y = x + 1" in cell.stream(), cell.output()
+    cell.answer("p x")
+    cell.prompt(30)
+    assert "[rank1] 10" in cell.stream().splitlines(), cell.output()
+    cell.answer("n")
+    cell.prompt(30)
+    cell.answer("p y, rank")
+    cell.prompt(30)
+    assert "[rank1] (11, 1)" in cell.stream().splitlines(), cell.output()
+    before = len(cell.stream())
+    cell.answer("w")
+    cell.prompt(30)
+    where = cell.stream()[before:]
+    assert re.search(r"\[rank1\] > Cell In\[\d+\], line 10, in train\(\)", where), where
+    assert "bootstrap" not in where and "ipykernel" not in where, where  # the user's frames only
+    cell.answer("c")
+    cell.finish(60)
+    assert cell.error() is None, cell.output()
+    assert cell.result() == "[1, 11]", cell.output()
+
+
+def test_every_rank_stopped_switching_and_a_command_sent_to_all(kernel):
+    defined(kernel)
+    cell = launch(kernel, '"all"')
+    first = cell.prompt(PROMPT_WAIT)
+    assert first in ("(Pdb rank 0) ", "(Pdb rank 1) "), cell.output()
+    # Both ranks stop; the cell says which other rank waits once both are there.
+    deadline = time.monotonic() + 30
+    while "also waits at a prompt" not in cell.stream() and time.monotonic() < deadline:
+        cell.answer("p x")
+        cell.prompt(30)
+    assert re.search(r"rank [01] also waits at a prompt", cell.stream()), cell.output()
+    cell.answer("rank 1")
+    assert cell.prompt(30) == "(Pdb rank 1) "
+    cell.answer("rank 0")
+    assert cell.prompt(30) == "(Pdb rank 0) "
+    cell.answer("rank 5")
+    assert cell.prompt(30) == "(Pdb rank 0) "
+    assert "rank 5 is not at a prompt" in cell.stream(), cell.output()
+    cell.answer("ranks all p x * 2")
+    cell.prompt(30)
+    lines = cell.stream().splitlines()
+    assert "[rank0] 0" in lines and "[rank1] 20" in lines, cell.output()
+    cell.answer("ranks all c")
+    cell.finish(60)
+    assert cell.error() is None, cell.output()
+    assert cell.result() == "[1, 11]", cell.output()
+
+
+def test_quitting_the_debugger_ends_the_launch_with_a_clear_error(kernel):
+    defined(kernel)
+    cell = launch(kernel, "1")
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) "
+    cell.answer("q")
+    cell.finish(60)
+    error = cell.error()
+    assert error is not None and error["ename"] == "DebuggerQuit", cell.output()
+    assert "you quit the debugger on rank 1" in cell.traceback(), cell.output()
+    assert wait_until(lambda: not kernel.workers(), 10.0), kernel.workers()
+
+
+def test_input_and_getpass_on_a_rank_prompt_in_the_cell(kernel):
+    defined(
+        kernel,
+        "import getpass, os\nfrom notebook_launcher import notebook_launcher\n"
+        "def ask():\n"
+        "    if os.environ['RANK'] != '1':\n"
+        "        return None\n"
+        "    name = input('name? ')\n"
+        "    secret = getpass.getpass('secret? ')\n"
+        "    return name, len(secret)\n",
+    )
+    cell = kernel.start(
+        "notebook_launcher(ask, num_processes=2).values", store_history=True, allow_stdin=True
+    )
+    assert cell.converse(["ada", "hunter2"], PROMPT_WAIT) == [
+        "[rank 1] name? ",
+        "[rank 1] secret? ",
+    ]
+    cell.finish(60)
+    assert cell.result() == "[None, ('ada', 7)]", cell.output()
+
+
+def test_no_stall_is_noticed_or_stops_a_rank_at_a_prompt(kernel):
+    defined(kernel)
+    cell = launch(kernel, "1", stall_notice=1.0, stall_timeout=2.0, timeout=30.0)
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) "
+    time.sleep(4.0)  # longer than stall_notice and stall_timeout
+    cell.answer("p x")
+    cell.prompt(30)
+    time.sleep(3.0)
+    cell.answer("c")
+    cell.finish(60)
+    assert cell.error() is None, cell.output()
+    assert cell.result() == "[1, 11]", cell.output()
+    assert "no rank has made progress" not in cell.stream(), cell.output()
+
+
+def test_a_frontend_without_input_gets_a_clear_error_not_a_hang(kernel):
+    defined(kernel)
+    blocked = kernel.start("notebook_launcher(train, args=(1,), num_processes=2)")  # no stdin
+    blocked.finish(90)
+    error = blocked.error()
+    assert error is not None and error["ename"] == "StdinUnavailableError", blocked.output()
+    text = blocked.traceback()
+    assert "rank 1 entered the debugger" in text and "nobody can answer" in text, text
+    assert "PYTHONBREAKPOINT=0" in text, text
+    assert wait_until(lambda: not kernel.workers(), 10.0), kernel.workers()
+
+
+def test_breakpoint_honours_pythonbreakpoint_zero(kernel):
+    defined(kernel)
+    cell = kernel.execute(
+        "os.environ['PYTHONBREAKPOINT'] = '0'\n"
+        "try:\n"
+        "    print(notebook_launcher(train, args=('all',), num_processes=2).values)\n"
+        "finally:\n"
+        "    del os.environ['PYTHONBREAKPOINT']\n",
+        timeout=90,
+    )
+    assert cell.error() is None, cell.output()
+    assert "[1, 11]" in cell.stream(), cell.output()
+
+
+def test_interrupting_the_kernel_at_a_prompt_stops_the_launch(kernel):
+    defined(kernel)
+    cell = launch(kernel, "1")
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) "
+    pids = [p.pid for p in kernel.workers()]
+    kernel.km.interrupt_kernel()
+    cell.finish(60)
+    error = cell.error()
+    assert error is not None and error["ename"] == "KeyboardInterrupt", cell.output()
+    assert wait_until(lambda: not alive(pids), 10.0), alive(pids)
+    after = kernel.execute(
+        "notebook_launcher(train, args=(None,), num_processes=2).values", timeout=90
+    )
+    assert after.result() == "[1, 11]", after.output()
+
+
+SESSION = (
+    "%%distributed -n 2\n"
+    "import os\n"
+    "rank = int(os.environ['RANK'])\n"
+    "def helper(v):\n"
+    "    w = v + 1\n"
+    "    if rank == 1:\n"
+    "        breakpoint()\n"
+    "    return w\n"
+)
+
+
+def test_breakpoint_in_a_session_cell_then_quit_and_the_session_goes_on(kernel):
+    assert kernel.execute("%load_ext notebook_launcher", timeout=30).error() is None
+    ready = kernel.execute(SESSION, timeout=120, store_history=True)
+    assert ready.error() is None, ready.output()
+    cell = kernel.start(
+        "%%distributed\nz = helper(rank * 100)\nz\n", store_history=True, allow_stdin=True
+    )
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
+    cell.answer("p v, w")
+    cell.prompt(30)
+    assert "[rank1] (100, 101)" in cell.stream().splitlines(), cell.output()
+    cell.answer("u")
+    cell.prompt(30)
+    assert re.search(r"\[rank1\] > Cell In\[\d+\], line 2, in <module>\(\)", cell.stream()), (
+        cell.output()
+    )
+    cell.answer("d")
+    cell.prompt(30)
+    cell.answer("c")
+    cell.finish(60)
+    assert cell.result() == "[1, 101]", cell.output()
+    quitting = kernel.start("%%distributed\nhelper(5)\n", store_history=True, allow_stdin=True)
+    assert quitting.prompt(PROMPT_WAIT) == "(Pdb rank 1) "
+    quitting.answer("q")
+    quitting.finish(60)
+    assert "you quit the debugger on rank 1" in quitting.traceback(), quitting.output()
+    after = kernel.execute("%%distributed\nrank + 1\n", timeout=60)
+    assert after.result() == "[1, 2]", after.output()
+    only = kernel.execute("%%distributed --ranks 1\nrank * 10\n", timeout=60)
+    assert only.result() == "[10]", only.output()
+    pids = [p.pid for p in kernel.workers()]
+    assert kernel.execute("%distributed close", timeout=60).error() is None
+    assert wait_until(lambda: not alive(pids), 10.0)
+
+
+def test_interrupt_at_a_prompt_in_a_session_keeps_the_session(kernel):
+    assert kernel.execute("%load_ext notebook_launcher", timeout=30).error() is None
+    assert kernel.execute(SESSION, timeout=120, store_history=True).error() is None
+    cell = kernel.start("%%distributed\nhelper(1)\n", store_history=True, allow_stdin=True)
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) "
+    kernel.km.interrupt_kernel()
+    cell.finish(60)
+    assert cell.error() is not None and cell.error()["ename"] == "KeyboardInterrupt"
+    after = kernel.execute("%%distributed\nrank * 2\n", timeout=60)
+    assert after.result() == "[0, 2]", after.output()
+    pids = [p.pid for p in kernel.workers()]
+    assert kernel.execute("%distributed close", timeout=60).error() is None
+    assert wait_until(lambda: not alive(pids), 10.0)
+
+
+def test_a_forked_rank_keeps_nothing_of_the_kernels_input_machinery(kernel):
+    cell = kernel.execute(
+        "import builtins, getpass, sys\n"
+        "from notebook_launcher import notebook_launcher\n"
+        "def inherited():\n"
+        "    return (\n"
+        "        sys.breakpointhook is sys.__breakpointhook__,\n"
+        "        type(sys.stdin).__module__,\n"
+        "        builtins.input.__module__,\n"
+        "        getpass.getpass.__module__,\n"
+        "        get_ipython().kernel._input_request.__module__,\n"
+        "    )\n"
+        "notebook_launcher(inherited, num_processes=1).values[0]\n",
+        timeout=90,
+    )
+    assert cell.error() is None, cell.output()
+    expected = (True,) + ("notebook_launcher.worker.prompts",) * 4
+    assert ast.literal_eval(cell.result()) == expected, cell.output()
+
+
+def test_breakpoint_in_a_spawned_rank(kernel):
+    defined(kernel)
+    cell = launch(kernel, "1", start_method="spawn")
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
+    # A function shipped by value has no source file on the rank: the place is named only.
+    assert "[rank1] > " in cell.stream() and "train()" in cell.stream(), cell.output()
+    cell.answer("p x + 1")
+    cell.prompt(30)
+    assert "[rank1] 11" in cell.stream().splitlines(), cell.output()
+    cell.answer("c")
+    cell.finish(60)
+    assert cell.result() == "[1, 11]", cell.output()
+
+
+FAILING_STEP = (
+    "%%distributed\n"
+    "def step(batch):\n"
+    "    out = batch * 2\n"
+    "    if rank == 1:\n"
+    "        raise ValueError(f'bad batch {batch}')\n"
+    "    return out\n"
+    "step(rank + 5)\n"
+)
+
+
+def test_debug_after_a_failed_session_call_opens_on_the_failing_rank(kernel):
+    assert kernel.execute("%load_ext notebook_launcher", timeout=30).error() is None
+    assert kernel.execute(SESSION, timeout=120, store_history=True).error() is None
+    failed = kernel.execute(FAILING_STEP, timeout=60, store_history=True)
+    assert failed.error() is not None and failed.error()["ename"] == "ValueError", failed.output()
+    cell = kernel.start("%debug", store_history=True, allow_stdin=True)
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
+    assert re.search(r"\[rank1\] > Cell In\[\d+\], line 5, in step\(\)", cell.stream()), (
+        cell.output()
+    )
+    cell.answer("p out, batch")
+    cell.prompt(30)
+    assert "[rank1] (12, 6)" in cell.stream().splitlines(), cell.output()
+    cell.answer("q")
+    cell.finish(60)
+    assert cell.error() is None, cell.output()
+    after = kernel.execute("%%distributed\nrank + 1\n", timeout=60)
+    assert after.result() == "[1, 2]", after.output()
+    # %debug after an error of the kernel's own is IPython's.
+    assert kernel.execute("1 / 0", timeout=30).error() is not None
+    local = kernel.start("%debug", allow_stdin=True)
+    assert local.prompt(30) == "ipdb> ", local.output()
+    local.answer("q")
+    local.finish(30)
+    pids = [p.pid for p in kernel.workers()]
+    assert kernel.execute("%distributed close", timeout=60).error() is None
+    assert wait_until(lambda: not alive(pids), 10.0)
+
+
+def test_pdb_on_opens_the_failing_ranks_frame_in_the_failing_cell(kernel):
+    assert kernel.execute("%load_ext notebook_launcher", timeout=30).error() is None
+    assert kernel.execute(SESSION, timeout=120, store_history=True).error() is None
+    assert kernel.execute("%pdb on", timeout=30).error() is None
+    cell = kernel.start(FAILING_STEP, store_history=True, allow_stdin=True)
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
+    cell.answer("p out")
+    cell.prompt(30)
+    assert "[rank1] 12" in cell.stream().splitlines(), cell.output()
+    cell.answer("q")
+    cell.finish(60)  # no second debugger (IPython's, in the kernel's frames) follows
+    assert cell.error() is not None and cell.error()["ename"] == "ValueError", cell.output()
+    assert kernel.execute("%pdb off", timeout=30).error() is None
+    after = kernel.execute("%%distributed\nrank + 1\n", timeout=60)
+    assert after.result() == "[1, 2]", after.output()
+    pids = [p.pid for p in kernel.workers()]
+    assert kernel.execute("%distributed close", timeout=60).error() is None
+    assert wait_until(lambda: not alive(pids), 10.0)
