@@ -26,7 +26,13 @@ from ...protocol.events import WorkerStarted
 from ...protocol.session_messages import Command
 from ...ui import RunPanel, create_view
 from ...utils.validation import check_number, invalid
-from ..errors import SessionBrokenError, SessionClosedError, add_note, shown_as_argument_errors
+from ..errors import (
+    SessionBrokenError,
+    SessionClosedError,
+    add_note,
+    interrupt_error,
+    shown_as_argument_errors,
+)
 from ..launchers import LAUNCHERS, make_launcher
 from ..planning import exclusive
 from ..planning.planner import plan_launch
@@ -39,7 +45,7 @@ from ..result import LaunchResult
 from ..supervision.group import WorkerGroup
 from ..supervision.oom import oom_kills
 from ..supervision.output import OutputSink
-from ..supervision.runner import worker_spec
+from ..supervision.runner import shown_ranks, worker_spec
 from ..supervision.supervisor import OUTSIDE_STOP
 from .calls import CallSupervisor, interrupted_text, with_session_notes
 from .errors import RESTART_HINT, broken_text
@@ -280,7 +286,9 @@ class Session:
             launcher.prepare()
             payload = launcher.payload(_session_function(), ())
             sink = OutputSink(
-                plan.output, lambda rank: plan.prefix(rank, rank % plan.num_processes)
+                plan.output,
+                lambda rank: plan.prefix(rank, rank % plan.num_processes),
+                ranks=shown_ranks(plan),
             )
             # This machine: a store in the kernel; a cluster: rank 0's actor hosts it.
             self._rendezvous = open_rendezvous(plan, sink.notice).attempt(0)
@@ -376,7 +384,7 @@ class Session:
                     # Ranks on other machines (a cluster) cannot map this one's shared memory.
                     body = _pickled(value, parts, shared=self._plan.cluster is None)
             except KeyboardInterrupt:  # while a large value was being written: nothing sent
-                raise KeyboardInterrupt(_not_sent(kind)) from None
+                raise interrupt_error(_not_sent(kind)) from None
             try:
                 return self._call_with(kind, body.data, timeout)
             finally:
@@ -396,6 +404,7 @@ class Session:
                 group.listeners = (supervisor.on_event, *((view,) if view else ()))
                 started = time.monotonic()
                 deadline = None if timeout is None else started + timeout
+                group.sink.begin_call()  # reports and result.output() hold this call's lines
                 for handle in group.handles:
                     handle.result = handle.failed = handle.finished_at = None
                     handle.last_alive = started
@@ -413,9 +422,9 @@ class Session:
                             committed = True
                 except KeyboardInterrupt:
                     if not sent:
-                        raise KeyboardInterrupt(_not_sent(kind)) from None
+                        raise interrupt_error(_not_sent(kind)) from None
                     if committed:
-                        raise KeyboardInterrupt(
+                        raise interrupt_error(
                             "the cell was interrupted after the push took effect on every rank; "
                             "the session is still usable."
                         ) from None
@@ -425,7 +434,7 @@ class Session:
                     text = interrupted_text(supervisor)
                     if kind == protocol.PUSH:
                         text += f" {NOTHING_PUSHED}"
-                    raise KeyboardInterrupt(text) from None
+                    raise interrupt_error(text) from None
                 except BrokenPipeError as error:
                     self._break(f"a worker's command pipe closed ({error})")
                     raise SessionBrokenError(f"the session broke: {self._broken}") from None
@@ -437,8 +446,11 @@ class Session:
                     raise with_session_notes(error, supervisor) from error.__cause__
                 values = [p.load() if p is not None else None for p in payloads]
                 panel = RunPanel(view.model) if view is not None else None
-                return LaunchResult(values, 0, time.monotonic() - started, panel=panel)
+                group.sink.flush(final=True)
+                elapsed = time.monotonic() - started
+                return LaunchResult(values, 0, elapsed, panel=panel, outputs=group.sink.outputs())
             finally:
+                group.sink.flush(final=True)
                 if view is not None:
                     view.finish()
                 if self._state == "alive":
@@ -474,6 +486,7 @@ class Session:
         try:
             if self._idle.is_set() and self._group is group and self._state == "alive":
                 group.pump(0)
+                group.sink.flush(final=True)  # between calls nothing waits for other ranks
                 dead = [h for h in group.handles if h.exited]
                 if dead:
                     handle = dead[0]

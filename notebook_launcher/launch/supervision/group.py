@@ -267,6 +267,7 @@ class WorkerGroup:
             handle.result = None  # run() handed over the results; a failed run keeps none mapped
             handle.close()
         self._by_conn.clear()
+        self._flush_output(final=True)  # every line held, now that nothing more can come
         # Workers unlink their shared-memory exchange at once; one that died first cannot.
         shared_files.remove_leftovers(os.getpid())
         logger.debug("teardown: all %d processes gone, pipes closed", len(self.handles))
@@ -288,7 +289,7 @@ class WorkerGroup:
             self.pump(min(left, 0.05))
 
 
-def _nothing() -> None:
+def _nothing(final: bool = False) -> None:
     pass
 
 

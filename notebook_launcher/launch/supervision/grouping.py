@@ -1,0 +1,180 @@
+"""Lines that several ranks print alike, within a short window, shown once with their ranks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+GROUP_WINDOW = 0.5  # seconds at most a line waits for the other ranks to print it too
+SILENT_PATIENCE = 3.0  # seconds after the first line during which silent ranks are waited for
+
+
+def rank_label(ranks: Iterable[int]) -> str:
+    """``[rank3]``, ``[rank0-7]`` or ``[ranks 0,2,4-7]``: the label of a line ``ranks`` printed."""
+    ordered = sorted(set(ranks))
+    runs: list[tuple[int, int]] = []
+    for rank in ordered:
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], rank)
+        else:
+            runs.append((rank, rank))
+    parts = [str(a) if a == b else f"{a}-{b}" for a, b in runs]
+    if len(parts) == 1:
+        return f"[rank{parts[0]}]"
+    return f"[ranks {','.join(parts)}]"
+
+
+class _Group:
+    """One line as shown: its text, the ranks that printed it, and the lines each of them
+    printed before it (``after``: shown first)."""
+
+    __slots__ = (
+        "stream",
+        "text",
+        "ranks",
+        "first",
+        "seq",
+        "label",
+        "after",
+        "depth",
+        "next",
+        "done",
+    )
+
+    def __init__(self, stream: str, text: str, first: float, seq: int, label: bool) -> None:
+        self.stream = stream
+        self.text = text
+        self.ranks: list[int] = []
+        self.first = first
+        self.seq = seq
+        self.label = label  # False: ``text`` is shown as it is (labelled already, a notice)
+        self.after: list[_Group] = []
+        self.depth = 1  # more than the depth of every line in ``after``
+        self.next = False  # a rank of it printed another line since
+        self.done = False  # shown
+
+
+class LineGroups:
+    """Holds the lines to show, grouping those that ranks print alike.
+
+    A line joins a waiting line of the same text and stream that its rank has not printed when
+    showing them together keeps every rank's lines in the order it printed them (each line
+    keeps the lines its ranks printed before it, ``after``, and a depth above theirs; a rank
+    joins a line deeper than its own last one, or one nobody printed past yet, which is then
+    made deeper); otherwise it waits on its own. A line leaves once the lines before it left
+    and either no other rank can join it any more, or it waited ``window`` seconds; among those
+    ready, the oldest first. All leave on :meth:`take` with ``final``.
+
+    Ranks that have not printed yet are waited for during the first ``patience`` seconds after
+    the first line (ranks start at different times); then only ranks that print are (when only
+    rank 0 prints, its lines leave at once).
+
+    Args:
+        ranks: the ranks whose lines come here.
+        window: seconds at most a line waits for the other ranks.
+        patience: seconds after the first line during which silent ranks are waited for.
+    """
+
+    def __init__(
+        self,
+        ranks: Iterable[int] = (),
+        window: float = GROUP_WINDOW,
+        patience: float = SILENT_PATIENCE,
+    ) -> None:
+        self.window = window
+        self.patience = patience
+        self._silent = set(ranks)  # ranks that have not printed yet
+        self._silent_until: float | None = None  # set by the first line
+        self._waiting: list[_Group] = []  # not shown yet, oldest first
+        self._open: dict[tuple[str, str], list[_Group]] = {}
+        self._last: dict[int, _Group] = {}  # each rank's latest line
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def add(self, rank: int, stream: str, text: str, now: float) -> None:
+        """A line ``rank`` printed that may be shown with other ranks' alike."""
+        self._silent.discard(rank)
+        key = (stream, text)
+        last = self._last.get(rank)
+        for group in self._open.get(key, ()):
+            if rank in group.ranks:
+                continue
+            if last is None or group.depth > last.depth:
+                self._join(group, rank, last)
+                return
+            if not group.next:  # nothing follows it yet: it can go deeper
+                group.depth = last.depth + 1
+                self._join(group, rank, last)
+                return
+        group = self._new(stream, text, now, label=True)
+        self._join(group, rank, last)
+        self._open.setdefault(key, []).append(group)
+
+    def add_shown(self, stream: str, text: str, now: float, rank: int = -1) -> None:
+        """A line shown as it is (labelled already): it waits only for the lines before it."""
+        group = self._new(stream, text, now, label=False)
+        if rank >= 0:
+            self._silent.discard(rank)
+            self._join(group, rank, self._last.get(rank))
+
+    def _new(self, stream: str, text: str, now: float, label: bool) -> _Group:
+        self._seq += 1
+        group = _Group(stream, text, now, self._seq, label)
+        self._waiting.append(group)
+        return group
+
+    def _join(self, group: _Group, rank: int, last: _Group | None) -> None:
+        group.ranks.append(rank)
+        if last is not None:
+            last.next = True
+            if not last.done:
+                group.after.append(last)
+            group.depth = max(group.depth, last.depth + 1)
+        self._last[rank] = group
+
+    def _closed(self, group: _Group, now: float) -> bool:
+        """Whether no rank can join ``group`` any more (silent ranks may, for a while)."""
+        if not group.label:
+            return True
+        if self._silent:
+            if self._silent_until is None:
+                self._silent_until = group.first + self.patience
+            if now < self._silent_until:
+                return False
+        ranks = group.ranks
+        if len(ranks) == len(self._last):
+            return True
+        if not group.next:
+            return False
+        depth = group.depth
+        return all(rank in ranks or last.depth >= depth for rank, last in self._last.items())
+
+    def take(self, now: float, final: bool = False) -> list[tuple[str, str]]:
+        """The lines ready to be shown, as (stream, text), in order."""
+        out: list[tuple[str, str]] = []
+        progress = True
+        while progress and self._waiting:
+            progress = False
+            kept: list[_Group] = []
+            for group in self._waiting:
+                ready = final or now - group.first >= self.window or self._closed(group, now)
+                if not ready or any(not before.done for before in group.after):
+                    kept.append(group)
+                    continue
+                group.done = progress = True
+                group.after = []
+                out.append(self._shown(group))
+            self._waiting = kept
+        return out
+
+    def _shown(self, group: _Group) -> tuple[str, str]:
+        if not group.label:
+            return (group.stream, group.text)
+        key = (group.stream, group.text)
+        waiting = self._open.get(key)
+        if waiting:
+            waiting.remove(group)
+            if not waiting:
+                del self._open[key]
+        return (group.stream, f"{rank_label(group.ranks)} {group.text}")
