@@ -28,26 +28,32 @@ class _Lines:
 
     def write(self, stream: str, text: str) -> None:
         with self.lock:
-            data = self.partial[stream] + text
-            *lines, rest = data.split("\n")
-            if "\r" in rest:  # what a terminal shows, the return kept for the kernel to see
-                shown = next((part for part in reversed(rest.split("\r")) if part), "")
-                rest = "\r" + shown + ("\r" if rest.endswith("\r") else "")
+            partial = self.partial[stream]
+            if "\n" not in text:  # print() writes its text, then the newline
+                rest = partial + text
+                if "\r" in text:
+                    rest = _as_shown(rest)
+                self.partial[stream] = rest
+                return
+            lines, _, rest = (partial + text).rpartition("\n")
+            if "\r" in rest:
+                rest = _as_shown(rest)
             self.partial[stream] = rest
-            if lines:
-                self._send(stream, lines, continued=False)
+            self._send(stream, lines, continued=False)
 
     def flush(self, stream: str) -> None:
         """Send the unfinished line as it stands, marked as continued."""
         with self.lock:
             rest, self.partial[stream] = self.partial[stream], ""
             if rest:
-                self._send(stream, [rest], continued=True)
+                self._send(stream, rest, continued=True)
 
-    def _send(self, stream: str, lines: list[str], continued: bool) -> None:
+    def _send(self, stream: str, lines: str, continued: bool) -> None:
+        """Send ``lines`` (joined by newlines), each tagged as ``stream`` and ``continued`` say."""
         tag = (STDERR_TAG if stream == "stderr" else "") + (CONTINUED_TAG if continued else "")
-        data = "".join(tag + line + "\n" for line in lines)
-        raw = data.encode("utf-8", errors="backslashreplace")
+        if tag:
+            lines = tag + lines.replace("\n", "\n" + tag)
+        raw = (lines + "\n").encode("utf-8", errors="backslashreplace")
         while raw:
             try:
                 raw = raw[os.write(self.fd, raw) :]
@@ -55,6 +61,13 @@ class _Lines:
                 continue
             except OSError:  # the kernel is gone: nothing to show the lines to
                 return
+
+
+def _as_shown(rest: str) -> str:
+    """An unfinished line with carriage returns as a terminal shows it, the return kept for the
+    kernel to see."""
+    shown = next((part for part in reversed(rest.split("\r")) if part), "")
+    return "\r" + shown + ("\r" if rest.endswith("\r") else "")
 
 
 class OrderedStream(io.TextIOBase):

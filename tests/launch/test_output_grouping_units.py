@@ -10,6 +10,7 @@ from notebook_launcher.launch.supervision.grouping import LineGroups, rank_label
 from notebook_launcher.launch.supervision.output import OutputSink
 from notebook_launcher.protocol.channel import CONTINUED_TAG, STDERR_TAG, LineSplitter
 from notebook_launcher.protocol.events import OutputLine
+from notebook_launcher.protocol.failure import WorkerFailure
 
 
 class Clock:
@@ -185,3 +186,11 @@ def test_a_line_no_other_rank_can_join_any_more_leaves_at_once():
     assert groups.take(now=0.0) == [("stdout", "[rank0] loss 0.5")]
     groups.add(1, "stdout", "next", now=0.0)
     assert groups.take(now=0.0) == [("stdout", "[rank1] loss 0.6"), ("stdout", "[rank0-1] next")]
+
+
+@pytest.mark.parametrize("traceback", ["", "  \n", "Traceback (most recent call last):\n"])
+def test_a_report_never_prints_a_heading_without_lines_under_it(traceback):
+    failure = WorkerFailure(1, 1, 42, 1, "builtins.ValueError", "boom", traceback)
+    report = failure.report(())
+    assert "Traceback of rank 1:" not in report, report
+    assert report.splitlines()[0].endswith("ValueError: boom")

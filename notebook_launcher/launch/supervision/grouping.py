@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-GROUP_WINDOW = 0.5  # seconds at most a line waits for the other ranks to print it too
-SILENT_PATIENCE = 3.0  # seconds after the first line during which silent ranks are waited for
+GROUP_WINDOW = 0.3  # seconds at most a line waits for the other ranks to print it too
+SILENT_PATIENCE = 2.0  # seconds after the first line during which silent ranks are waited for
 
 
 def rank_label(ranks: Iterable[int]) -> str:
@@ -88,6 +88,7 @@ class LineGroups:
         self._open: dict[tuple[str, str], list[_Group]] = {}
         self._last: dict[int, _Group] = {}  # each rank's latest line
         self._seq = 0
+        self._labels: dict[frozenset[int], str] = {}
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -153,13 +154,14 @@ class LineGroups:
     def take(self, now: float, final: bool = False) -> list[tuple[str, str]]:
         """The lines ready to be shown, as (stream, text), in order."""
         out: list[tuple[str, str]] = []
+        window = self.window
         progress = True
         while progress and self._waiting:
             progress = False
             kept: list[_Group] = []
             for group in self._waiting:
-                ready = final or now - group.first >= self.window or self._closed(group, now)
-                if not ready or any(not before.done for before in group.after):
+                ready = final or now - group.first >= window or self._closed(group, now)
+                if not ready or (group.after and not all(b.done for b in group.after)):
                     kept.append(group)
                     continue
                 group.done = progress = True
@@ -172,9 +174,15 @@ class LineGroups:
         if not group.label:
             return (group.stream, group.text)
         key = (group.stream, group.text)
-        waiting = self._open.get(key)
-        if waiting:
+        waiting = self._open[key]
+        if len(waiting) == 1:
+            del self._open[key]
+        else:
             waiting.remove(group)
-            if not waiting:
-                del self._open[key]
-        return (group.stream, f"{rank_label(group.ranks)} {group.text}")
+        ranks = frozenset(group.ranks)
+        label = self._labels.get(ranks)
+        if label is None:
+            if len(self._labels) > 4096:  # a few sets recur; many differ only when ranks drift
+                self._labels.clear()
+            label = self._labels[ranks] = rank_label(ranks)
+        return (group.stream, f"{label} {group.text}")
