@@ -12,7 +12,8 @@ READ_CHUNK = 1 << 16  # bytes read from an output pipe at a time
 MAX_LINE_BYTES = 64 * 1024  # a line longer than this is shown in pieces rather than held forever
 # A worker sends its Python-level stdout and stderr through one pipe, in order: a record that
 # starts with STDERR_TAG came from stderr; CONTINUED_TAG (after it, if both) marks a flushed
-# piece of a line that is not finished yet. Untagged bytes are stdout (C-level writes).
+# piece of a line that is not finished yet. Untagged bytes are stdout; an unfinished stdout
+# line is continued after the stderr record that cut it.
 STDERR_TAG = "\x1e"
 CONTINUED_TAG = "\x1d"
 _STDERR = STDERR_TAG.encode()
@@ -72,6 +73,10 @@ class LineSplitter:
 
     def _record(self, raw: bytes) -> OutputLine | None:
         stream = self.stream
+        cut = raw.find(_STDERR, 1)
+        if cut > 0 and not raw.startswith(_STDERR):  # a stdout line cut by a stderr record
+            self._pieces[stream] += raw[:cut]
+            raw = raw[cut:]
         if raw.startswith(_STDERR):
             stream, raw = "stderr", raw[1:]
         if raw.startswith(_CONTINUED):

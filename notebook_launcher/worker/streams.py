@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import threading
+from typing import Any
 
 from ..protocol.channel import CONTINUED_TAG, STDERR_TAG
 
@@ -21,8 +22,9 @@ class _Lines:
     (up to the pipe's atomic size).
     """
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, before: Any = None) -> None:
         self.fd = fd
+        self.before = before  # flushes what another stream holds for the same fd
         self.lock = threading.RLock()  # a signal handler may print while the main thread writes
         self.partial = {"stdout": "", "stderr": ""}
 
@@ -50,6 +52,11 @@ class _Lines:
 
     def _send(self, stream: str, lines: str, continued: bool) -> None:
         """Send ``lines`` (joined by newlines), each tagged as ``stream`` and ``continued`` say."""
+        if self.before is not None:
+            try:
+                self.before()
+            except (OSError, ValueError):
+                pass
         tag = (STDERR_TAG if stream == "stderr" else "") + (CONTINUED_TAG if continued else "")
         if tag:
             lines = tag + lines.replace("\n", "\n" + tag)
@@ -119,7 +126,14 @@ class OrderedStream(io.TextIOBase):
         self.flush()
 
 
-def ordered_streams(fd: int = 1) -> tuple[OrderedStream, OrderedStream]:
-    """New ``sys.stdout`` and ``sys.stderr`` writing whole, ordered lines to ``fd``."""
-    lines = _Lines(fd)
-    return OrderedStream(lines, "stdout", 1), OrderedStream(lines, "stderr", 2)
+def ordered_streams(fd: int = 1) -> tuple[io.TextIOWrapper, OrderedStream]:
+    """New ``sys.stdout`` and ``sys.stderr`` writing whole, ordered lines to ``fd``.
+
+    stdout is a plain line-buffered text stream (print's fast path); stderr writes its records
+    through the same fd after flushing what stdout holds, so the kernel reads both in order (a
+    stdout line cut by a stderr record is joined again there).
+    """
+    stdout = open(  # noqa: SIM115
+        fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False
+    )
+    return stdout, OrderedStream(_Lines(fd, before=stdout.flush), "stderr", 2)

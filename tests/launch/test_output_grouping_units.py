@@ -194,3 +194,12 @@ def test_a_report_never_prints_a_heading_without_lines_under_it(traceback):
     report = failure.report(())
     assert "Traceback of rank 1:" not in report, report
     assert report.splitlines()[0].endswith("ValueError: boom")
+
+
+def test_a_stdout_line_cut_by_a_stderr_record_is_joined_again():
+    splitter = LineSplitter(0, "stdout")
+    lines = splitter.feed(f"half of a line{STDERR_TAG}a warning\n and its end\n".encode())
+    assert [(x.stream, x.text) for x in lines] == [
+        ("stderr", "a warning"),
+        ("stdout", "half of a line and its end"),
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 GROUP_WINDOW = 0.3  # seconds at most a line waits for the other ranks to print it too
 SILENT_PATIENCE = 2.0  # seconds after the first line during which silent ranks are waited for
@@ -24,15 +25,17 @@ def rank_label(ranks: Iterable[int]) -> str:
 
 
 class _Group:
-    """One line as shown: its text, the ranks that printed it, and the lines each of them
-    printed before it (``after``: shown first)."""
+    """One line as shown: its text, the ranks that printed it (a bit mask), and the lines each
+    of them printed before it (``after``: shown first). Few objects per line: each one the
+    kernel keeps for a while costs garbage collection time."""
 
     __slots__ = (
         "stream",
         "text",
-        "ranks",
+        "key",
+        "mask",
+        "count",
         "first",
-        "seq",
         "label",
         "after",
         "depth",
@@ -40,14 +43,15 @@ class _Group:
         "done",
     )
 
-    def __init__(self, stream: str, text: str, first: float, seq: int, label: bool) -> None:
+    def __init__(self, stream: str, text: str, key: str, first: float, label: bool) -> None:
         self.stream = stream
         self.text = text
-        self.ranks: list[int] = []
+        self.key = key
+        self.mask = 0
+        self.count = 0
         self.first = first
-        self.seq = seq
         self.label = label  # False: ``text`` is shown as it is (labelled already, a notice)
-        self.after: list[_Group] = []
+        self.after: Any = None  # None, a _Group or a tuple of them
         self.depth = 1  # more than the depth of every line in ``after``
         self.next = False  # a rank of it printed another line since
         self.done = False  # shown
@@ -85,53 +89,60 @@ class LineGroups:
         self._silent = set(ranks)  # ranks that have not printed yet
         self._silent_until: float | None = None  # set by the first line
         self._waiting: list[_Group] = []  # not shown yet, oldest first
-        self._open: dict[tuple[str, str], list[_Group]] = {}
+        self._open: dict[str, Any] = {}  # key -> the waiting _Group, or a list of them
         self._last: dict[int, _Group] = {}  # each rank's latest line
-        self._seq = 0
-        self._labels: dict[frozenset[int], str] = {}
+        self._labels: dict[int, str] = {}  # rank mask -> label
 
     def __len__(self) -> int:
         return len(self._waiting)
 
     def add(self, rank: int, stream: str, text: str, now: float) -> None:
         """A line ``rank`` printed that may be shown with other ranks' alike."""
-        self._silent.discard(rank)
-        key = (stream, text)
+        if self._silent:
+            self._silent.discard(rank)
+        key = ("e" if stream == "stderr" else "o") + text
         last = self._last.get(rank)
-        for group in self._open.get(key, ()):
-            if rank in group.ranks:
-                continue
-            if last is None or group.depth > last.depth:
-                self._join(group, rank, last)
-                return
-            if not group.next:  # nothing follows it yet: it can go deeper
-                group.depth = last.depth + 1
-                self._join(group, rank, last)
-                return
-        group = self._new(stream, text, now, label=True)
+        found = self._open.get(key)
+        if found is not None:
+            bit = 1 << rank
+            for group in found if isinstance(found, list) else (found,):
+                if group.mask & bit:
+                    continue
+                if last is None or group.depth > last.depth:
+                    self._join(group, rank, last)
+                    return
+                if not group.next:  # nothing follows it yet: it can go deeper
+                    group.depth = last.depth + 1
+                    self._join(group, rank, last)
+                    return
+        group = _Group(stream, text, key, now, True)
+        self._waiting.append(group)
         self._join(group, rank, last)
-        self._open.setdefault(key, []).append(group)
+        if found is None:
+            self._open[key] = group
+        elif isinstance(found, list):
+            found.append(group)
+        else:
+            self._open[key] = [found, group]
 
     def add_shown(self, stream: str, text: str, now: float, rank: int = -1) -> None:
         """A line shown as it is (labelled already): it waits only for the lines before it."""
-        group = self._new(stream, text, now, label=False)
+        group = _Group(stream, text, "", now, False)
+        self._waiting.append(group)
         if rank >= 0:
             self._silent.discard(rank)
             self._join(group, rank, self._last.get(rank))
 
-    def _new(self, stream: str, text: str, now: float, label: bool) -> _Group:
-        self._seq += 1
-        group = _Group(stream, text, now, self._seq, label)
-        self._waiting.append(group)
-        return group
-
     def _join(self, group: _Group, rank: int, last: _Group | None) -> None:
-        group.ranks.append(rank)
+        group.mask |= 1 << rank
+        group.count += 1
         if last is not None:
             last.next = True
             if not last.done:
-                group.after.append(last)
-            group.depth = max(group.depth, last.depth + 1)
+                after = group.after
+                group.after = last if after is None else (*_each(after), last)
+            if group.depth <= last.depth:
+                group.depth = last.depth + 1
         self._last[rank] = group
 
     def _closed(self, group: _Group, now: float) -> bool:
@@ -143,13 +154,12 @@ class LineGroups:
                 self._silent_until = group.first + self.patience
             if now < self._silent_until:
                 return False
-        ranks = group.ranks
-        if len(ranks) == len(self._last):
+        if group.count == len(self._last):
             return True
         if not group.next:
             return False
-        depth = group.depth
-        return all(rank in ranks or last.depth >= depth for rank, last in self._last.items())
+        depth, mask = group.depth, group.mask
+        return all(mask >> rank & 1 or last.depth >= depth for rank, last in self._last.items())
 
     def take(self, now: float, final: bool = False) -> list[tuple[str, str]]:
         """The lines ready to be shown, as (stream, text), in order."""
@@ -161,28 +171,38 @@ class LineGroups:
             kept: list[_Group] = []
             for group in self._waiting:
                 ready = final or now - group.first >= window or self._closed(group, now)
-                if not ready or (group.after and not all(b.done for b in group.after)):
+                after = group.after
+                if not ready or (after is not None and not all(b.done for b in _each(after))):
                     kept.append(group)
                     continue
-                group.done = progress = True
-                group.after = []
+                progress = True
+                group.after = None
                 out.append(self._shown(group))
             self._waiting = kept
         return out
 
     def _shown(self, group: _Group) -> tuple[str, str]:
+        group.done = True
         if not group.label:
             return (group.stream, group.text)
-        key = (group.stream, group.text)
-        waiting = self._open[key]
-        if len(waiting) == 1:
+        key = group.key
+        found = self._open[key]
+        if found is group:
             del self._open[key]
         else:
-            waiting.remove(group)
-        ranks = frozenset(group.ranks)
-        label = self._labels.get(ranks)
+            found.remove(group)
+            if len(found) == 1:
+                self._open[key] = found[0]
+        mask = group.mask
+        label = self._labels.get(mask)
         if label is None:
             if len(self._labels) > 4096:  # a few sets recur; many differ only when ranks drift
                 self._labels.clear()
-            label = self._labels[ranks] = rank_label(ranks)
+            label = self._labels[mask] = rank_label(
+                rank for rank in range(mask.bit_length()) if mask >> rank & 1
+            )
         return (group.stream, f"{label} {group.text}")
+
+
+def _each(after: Any) -> tuple:
+    return after if isinstance(after, tuple) else (after,)
