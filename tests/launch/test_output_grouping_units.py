@@ -119,12 +119,12 @@ def test_a_custom_prefix_is_kept_and_not_grouped():
     assert out.getvalue().splitlines() == ["<0> same", "<1> same"]
 
 
-def test_a_notice_comes_after_the_lines_held_and_goes_to_stdout():
+def test_a_notice_comes_after_the_lines_held():
     sink, out, err, clock = sink_for(2)
     sink.write(OutputLine(0, "stdout", "first"))
     sink.notice("notebook_launcher: restarting")
-    assert out.getvalue().splitlines() == ["[rank0] first", "notebook_launcher: restarting"]
-    assert err.getvalue() == ""
+    assert out.getvalue().splitlines() == ["[rank0] first"]
+    assert err.getvalue().splitlines() == ["notebook_launcher: restarting"]
 
 
 def test_a_new_call_keeps_only_its_own_lines_for_reports():

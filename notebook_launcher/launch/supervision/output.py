@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from ...protocol.events import OutputLine
+from ...utils.environment import one_output_area
 from .grouping import GROUP_WINDOW, LineGroups
 
 FATAL_MARK = "Fatal Python error:"  # how faulthandler starts its report of a crash
@@ -131,9 +132,9 @@ class OutputSink:
             self._prefix_names_rank[rank] = names
         return names
 
-    def notice(self, text: str, stream: str = "stdout") -> None:
+    def notice(self, text: str, stream: str = "stderr") -> None:
         """Write a line of the launcher's own to the kernel's streams, after the worker lines
-        held so far."""
+        held so far (in a notebook to the cell's one output area, as plain text)."""
         self._groups.add_shown(stream, text, self.clock())
         self.flush(final=True)
 
@@ -146,7 +147,7 @@ class OutputSink:
         if not ready:
             return
         stdout = self._stdout or sys.stdout
-        if one_stream(stdout):
+        if one_output_area(stdout):
             ready = [("stdout", _coloured(stream, text)) for stream, text in ready]
         start = 0
         while start < len(ready):
@@ -173,12 +174,6 @@ class OutputSink:
     def crash_report(self, rank: int) -> list[str]:
         """The crash report (fatal error and the frames of each thread) a rank printed."""
         return list(self._fatal.get(rank, ()))
-
-
-def one_stream(stream: object) -> bool:
-    """Whether worker lines share one stream there: a notebook kernel's cell output, where each
-    switch between stdout and stderr starts another output area."""
-    return type(stream).__module__.startswith("ipykernel")
 
 
 def _coloured(stream: str, text: str) -> str:
