@@ -11,8 +11,8 @@ from ..protocol.channel import CONTINUED_TAG, STDERR_TAG
 
 
 class _Lines:
-    """The one writer behind both streams: records go to fd 1 in the order they were written,
-    so the kernel reads a rank's two streams in the order it wrote them.
+    """The writer behind a rank's stderr: its records go to fd 1 after what stdout holds
+    (``before`` flushes it), so the kernel reads a rank's two streams in the order it wrote them.
 
     A record is one line of text ending in a newline, starting with :data:`STDERR_TAG` when it
     came from stderr and then :data:`CONTINUED_TAG` when it is a flushed piece of a line not
