@@ -231,3 +231,29 @@ def test_a_failed_session_call_reports_its_own_lines_and_its_cell(kernel):
     assert "<dynamic-code>" not in shown, shown
     closed = kernel.execute("session.close()", timeout=60)
     assert closed.error() is None, closed.output()
+
+
+SPAWNED = r"""
+import os
+from notebook_launcher import notebook_launcher
+
+def fails_on_rank_1():
+    if os.environ["RANK"] == "1":
+        raise RuntimeError("rank 1 stops here")
+"""
+
+
+def test_a_spawned_rank_names_the_cell_its_function_was_defined_in(kernel):
+    defined = kernel.execute(SPAWNED, timeout=60, store_history=True)
+    assert defined.error() is None, defined.output()
+    failed = kernel.execute(
+        "notebook_launcher(fails_on_rank_1, num_processes=2, start_method='spawn')",
+        timeout=120,
+        store_history=True,
+    )
+
+    shown = failed.traceback()
+    assert "rank 1 stops here" in shown, shown
+    assert "Cell In[1], line 6, in fails_on_rank_1" in shown, shown
+    assert 'raise RuntimeError("rank 1 stops here")' in shown, shown
+    assert "<dynamic-code>" not in shown, shown
