@@ -25,6 +25,7 @@ from .launch.launchers.ray.settings import NOT_ON_A_CLUSTER, PLACEMENTS, RayClus
 from .launch.planning.planner import plan_launch
 from .launch.planning.preflight import check_args, check_function
 from .launch.planning.settings import DEFAULTS, OUTPUT_CHOICES, LaunchSettings
+from .launch.result import LaunchResult
 from .ui.config_panel import SETTINGS, ConfigPanel
 from .utils.enums import MIXED_PRECISION_CHOICES
 from .utils.validation import invalid
@@ -188,6 +189,13 @@ class LaunchPanel:
     handle = _of_view("handle", "The :class:`LaunchHandle` of the latest run, or None.")
     display_id = _of_view("display_id", "Of the output under the panel that keeps a run.")
     running = _of_view("running", "True while a run goes on.")
+
+    @property
+    def result(self) -> LaunchResult | None:
+        """The :class:`LaunchResult` of the latest run once it finished; None before, while it
+        runs, or when it failed or was stopped (``panel.handle.exception`` says why)."""
+        handle = self.handle
+        return handle.result if handle is not None else None
 
     def _settings(self, values: dict[str, Any]) -> LaunchSettings:
         fields = values["cluster"]

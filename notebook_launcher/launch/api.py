@@ -102,8 +102,10 @@ def notebook_launcher(
             ``KeyboardInterrupt``, before it is killed (default 3, at most 60).
         threads_per_process: torch intra-op threads per worker; default: usable cores divided
             by the number of processes, so ranks do not fight over cores.
-        output: "all" shows every rank's output, "main" only rank 0's, "none" nothing (the last
-            lines of a failed rank are still part of its error).
+        output: "all" shows every rank's output, a line that several ranks print alike (within
+            0.25 s) once as ``[rank0-7] text``; "raw" every line of every rank as it comes;
+            "main" only rank 0's; "none" nothing (the last lines of a failed rank are still
+            part of its error, and ``result.output(rank)`` has every line in each case).
         ui: live status and metrics while the run goes on: "widgets" (a status table and charts
             in the cell), "console" (plain-text status on stderr, rarely), "none", or "auto"
             (default: widgets in a Jupyter kernel, else the console). Worker output is shown

@@ -393,6 +393,15 @@ def without_bootstrap(text: str) -> str:
     return "\n".join(kept)
 
 
+def interrupt_error(text: str) -> KeyboardInterrupt:
+    """The ``KeyboardInterrupt`` a stopped launch or session call raises: IPython shows it as
+    a failure is shown, its text and the caller's frames only (no launcher frames, no cell
+    source repeated); ``except KeyboardInterrupt`` catches it as ever."""
+    error = KeyboardInterrupt(text)
+    error._render_traceback_ = functools.partial(render_traceback, error, text)  # type: ignore[attr-defined]
+    return error
+
+
 @contextlib.contextmanager
 def shown_as_argument_errors() -> Iterator[None]:
     """Around the checks before a launch: a ``TypeError``/``ValueError`` raised inside (a bad

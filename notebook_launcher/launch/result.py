@@ -11,7 +11,9 @@ from ..utils.validation import short_repr
 class LaunchResult(Sequence):
     """Every rank's return value, in rank order (tensors already moved to the CPU).
 
-    ``result[0]`` or ``result.main`` is rank 0's value, ``result.values`` the list of all.
+    ``result[0]`` or ``result.main`` is rank 0's value, ``result.values`` the list of all;
+    ``result.output(rank=3)`` every line rank 3 printed (the cell shows lines that ranks print
+    alike once).
 
     Example:
         >>> result = notebook_launcher(train, num_processes=2)
@@ -19,9 +21,15 @@ class LaunchResult(Sequence):
     """
 
     def __init__(
-        self, values: list[Any], restarts: int, duration: float, panel: Any = None
+        self,
+        values: list[Any],
+        restarts: int,
+        duration: float,
+        panel: Any = None,
+        outputs: dict[int, list[str]] | None = None,
     ) -> None:
         self.values = list(values)
+        self._outputs = outputs or {}
         self.restarts = restarts
         self.duration = duration
         self.panel = panel  # the run's final status table and charts (a RunPanel), if kept
@@ -39,6 +47,29 @@ class LaunchResult(Sequence):
         if self.panel is None:
             raise RuntimeError("this launch kept no panel to show (debug_launcher keeps none)")
         self.panel.show()
+
+    def output(self, rank: int | None = None) -> str:
+        """What ``rank`` printed, stdout and stderr in the order it wrote them, one line each
+        (the last 100,000 lines of each rank are kept).
+
+        Args:
+            rank: a global rank of the launch; None gives every rank's lines, each labelled.
+
+        Raises:
+            ValueError: ``rank`` is not a rank of the launch.
+        """
+        if rank is None:
+            return "".join(
+                f"[rank{r}] {line}\n"
+                for r, lines in sorted(self._outputs.items())
+                for line in lines
+            )
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < len(self):
+            raise ValueError(
+                f"rank={rank!r} is not a rank of this launch: expected an int from 0 to "
+                f"{len(self) - 1}, or None for every rank"
+            )
+        return "".join(line + "\n" for line in self._outputs.get(rank, ()))
 
     @property
     def main(self) -> Any:

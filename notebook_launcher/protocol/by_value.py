@@ -8,11 +8,17 @@ same modules by walking down from the module through the names the code uses
 (``torch`` -> ``torch.distributed`` when ``distributed`` is one of them): a few dictionary
 lookups. A submodule is only ever loaded after its parent package, so the walk reaches every
 module the scan would.
+
+cloudpickle also renames the code of every function it pickles by value ``<dynamic-code>``;
+:class:`CellPickler` keeps the file name of code written in a notebook cell and sends the
+cell's lines along, so a rank's traceback shows "Cell In[3], line 5" and the line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
+import linecache
 import sys
 import threading
 import types
@@ -69,7 +75,39 @@ def faster_function_pickling() -> Iterator[None]:
                 _module._find_imported_submodules = _ORIGINAL
 
 
+def is_cell_file(path: str) -> bool:
+    """Whether ``path`` names the code of a notebook cell (IPython files each cell's code)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return path in getattr(getattr(shell, "compile", None), "_filename_map", {})
+
+
+def cell_code(args: tuple, filename: str, lines: list[str]) -> types.CodeType:
+    """Code cloudpickle rebuilds from ``args``, named ``filename`` again, its cell's ``lines``
+    put where tracebacks look lines up."""
+    if lines and filename not in linecache.cache:
+        linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
+    args = tuple(filename if arg == "<dynamic-code>" else arg for arg in args)
+    return types.CodeType(*args)
+
+
+_code_reduce = getattr(_module, "_code_reduce", None)
+
+
+class CellPickler(cloudpickle.Pickler):
+    """cloudpickle's pickler, keeping where code written in a notebook cell comes from."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is types.CodeType and _code_reduce is not None:
+            if is_cell_file(obj.co_filename):
+                _, args = _code_reduce(obj)
+                return cell_code, (args, obj.co_filename, linecache.getlines(obj.co_filename))
+        return super().reducer_override(obj)
+
+
 def dumps(value: Any) -> bytes:
-    """``cloudpickle.dumps(value)``, with the faster submodule lookup."""
+    """``cloudpickle.dumps(value)``, with the faster submodule lookup, cell code named."""
     with faster_function_pickling():
-        return cloudpickle.dumps(value)
+        file = io.BytesIO()
+        CellPickler(file).dump(value)
+        return file.getvalue()

@@ -104,9 +104,10 @@ class WorkerFailure:
         if stopped:
             ranks = ", ".join(str(r) for r in stopped)
             lines.append(f"Stopped because of this failure: rank {ranks}.")
-        if include_traceback and self.traceback:
+        body = self.traceback.rstrip() if include_traceback and self.traceback else ""
+        if body.strip() and body.strip() != "Traceback (most recent call last):":
             title = "Traceback" if self.exc_type is not None else "Crash report"
-            lines += ["", f"{title} of rank {self.rank}:", self.traceback.rstrip()]
+            lines += ["", f"{title} of rank {self.rank}:", body]
         if include_lines and self.last_lines:
             lines += ["", f"Last lines printed by rank {self.rank}:"]
             lines += [f"  {line}" for line in self.last_lines]

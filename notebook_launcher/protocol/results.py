@@ -21,11 +21,10 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-import cloudpickle
 import torch
 
 from . import shared_files
-from .by_value import faster_function_pickling
+from .by_value import CellPickler, faster_function_pickling
 
 MIN_SHARED_BYTES = 1 << 20  # smaller pieces travel inside the pickle
 _STORAGE = "storage"  # the kind of persistent id a shared storage is pickled as
@@ -126,7 +125,7 @@ def _pickler(base: type) -> type:
 # Plain pickle first: a class defined in the kernel's __main__ then comes back as the kernel's own
 # class under fork (isinstance and except work). What plain pickle refuses (lambdas, local classes,
 # classes cloudpickle rebuilt under spawn) goes by value with cloudpickle.
-_PICKLERS = (_pickler(pickle.Pickler), _pickler(cloudpickle.Pickler))
+_PICKLERS = (_pickler(pickle.Pickler), _pickler(CellPickler))
 
 
 @dataclass(frozen=True)

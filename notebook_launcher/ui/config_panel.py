@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ..utils.environment import in_kernel
+from ..utils.validation import short_repr
 from .cluster_form import ClusterForm, where_text
 from .widgets import widget_bundle
 
@@ -297,7 +298,11 @@ class ConfigPanel:
 
     def _ended(self, handle: RunHandle) -> None:
         if handle.status == "finished":
-            self.message.value = f"finished in {handle.result.duration:.1f} s"
+            shown = html.escape(short_repr(handle.result.values))
+            self.message.value = (
+                f"finished in {handle.result.duration:.1f} s: <code>{shown}</code> "
+                "(<code>panel.result</code>)"
+            )
         elif handle.status == "stopped":  # the user's own stop: not an error
             self.message.value = (
                 '<span class="nl-run-stopped" style="color:#6b7280">'

@@ -70,7 +70,7 @@ class RunModel:
 
     Args:
         num_processes: number of ranks shown (this node's processes).
-        output: the launch's output policy ("all", "main" or "none"); output lines of ranks it
+        output: the launch's output policy ("all", "raw", "main" or "none"); output lines of ranks it
             hides are not kept as their last line.
         cap: points kept per series.
         clock: monotonic clock, the same the supervisor uses.
@@ -94,7 +94,7 @@ class RunModel:
             or num_processes < 1
         ):
             raise ValueError(f"num_processes={num_processes!r} is not valid: expected an int >= 1")
-        if output not in ("all", "main", "none"):
+        if output not in ("all", "raw", "main", "none"):
             raise ValueError(f"output={output!r} is not valid: allowed are 'all', 'main', 'none'")
         self.num_processes = num_processes
         self.output = output
@@ -180,7 +180,7 @@ class RunModel:
         if state is None:
             return
         state.last_alive = now
-        if self.output == "all" or (self.output == "main" and event.rank == 0):
+        if self.output in ("all", "raw") or (self.output == "main" and event.rank == 0):
             state.last_line = event.text[:MAX_TEXT]
         self.version += 1
 

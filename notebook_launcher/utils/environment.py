@@ -163,3 +163,16 @@ def in_kernel() -> bool:
     except Exception:
         return False
     return getattr(shell, "kernel", None) is not None
+
+
+def one_output_area(stream: object) -> bool:
+    """Whether ``stream`` is a notebook cell's output (ipykernel's), where each switch between
+    stdout and stderr starts another output area and stderr is drawn as an error."""
+    return type(stream).__module__.startswith("ipykernel")
+
+
+def say(text: str) -> None:
+    """Print a notice of the launcher's own: in a notebook with the cell's other output (not
+    as an error), elsewhere on stderr."""
+    stream = sys.stdout if one_output_area(sys.stdout) else sys.stderr
+    print(text, file=stream, flush=True)

@@ -26,6 +26,7 @@ from ..state import reset_state
 from ..utils.parent_death import die_with_parent
 from . import exit_barrier, prompts, session_loop, stopping
 from .reporting import failure_event, flush_streams, result_event, send_live
+from .streams import ordered_streams
 
 
 def torchrun_environment(ctx: WorkerContext, spec: WorkerSpec) -> dict[str, str]:
@@ -59,14 +60,11 @@ def redirect_streams(stdout_conn: Any, stderr_conn: Any) -> None:
     for conn, fd in ((stdout_conn, 1), (stderr_conn, 2)):
         os.dup2(conn.fileno(), fd)
         conn.close()
-    # Fresh line-buffered text streams on the new fds replace whatever the kernel had
-    # (ipykernel's OutStream would route output through the kernel's sockets).
-    sys.stdout = sys.__stdout__ = open(  # noqa: SIM115
-        1, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False
-    )
-    sys.stderr = sys.__stderr__ = open(  # noqa: SIM115
-        2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False
-    )
+    # New text streams replace whatever the kernel had (ipykernel's OutStream would route
+    # output through the kernel's sockets): both write to fd 1's pipe, stderr tagged, so the
+    # kernel reads them in the order they were written; fd 2 stays for C-level writes.
+    sys.stdout, sys.stderr = ordered_streams(1)
+    sys.__stdout__, sys.__stderr__ = sys.stdout, sys.stderr
     for old, new in zip(inherited, (sys.stdout, sys.stderr), strict=True):
         _forward_kernel_stream(old, new)
     # A forked kernel's hook sends a traceback as a notebook message, which ipykernel drops

@@ -240,6 +240,25 @@ class Cell:
             if name is None or m["content"]["name"] == name
         )
 
+    def output_blocks(self) -> list[str]:
+        """The outputs JupyterLab draws for the cell, by kind ("stdout", "stderr", "display",
+        "execute_result", "error"): consecutive stream messages of one name are one output,
+        anything else starts another; clearing the cell's outputs drops them."""
+        blocks: list[str] = []
+        for msg in self.messages:
+            kind = msg["msg_type"]
+            if kind == "stream":
+                name = msg["content"]["name"]
+                if not blocks or blocks[-1] != name:
+                    blocks.append(name)
+            elif kind == "display_data":
+                blocks.append("display")
+            elif kind in ("execute_result", "error"):
+                blocks.append(kind)
+            elif kind == "clear_output":
+                blocks.clear()
+        return blocks
+
     def error(self) -> dict | None:
         errors = self.of_type("error")
         return errors[-1]["content"] if errors else None

@@ -9,6 +9,7 @@ import signal
 
 import pytest
 from helpers.kernelrun import alive, wait_until
+from helpers.ranklabels import printed_by
 
 pytestmark = pytest.mark.kernel
 
@@ -41,6 +42,12 @@ def assert_group_works(kernel) -> None:
         "%%distributed\nt = torch.ones(1)\ndist.all_reduce(t)\nrank, t.item()\n", timeout=60
     )
     assert reduced.result() == "[(0, 2.0), (1, 2.0)]", reduced.output()
+
+
+def both_printed(cell, text: str) -> bool:
+    """Whether both ranks' ``text`` has reached the cell (alike lines are shown once)."""
+    lines = cell.stream().splitlines()
+    return all(printed_by(lines, rank, text) for rank in (0, 1))
 
 
 def close_session(kernel, pids: list[int]) -> None:
@@ -157,7 +164,7 @@ def test_an_interrupt_stops_the_cell_on_every_rank_and_the_session_goes_on(kerne
         "    time.sleep(300)\n"
         "dist.barrier()\n"
     )
-    assert cell.wait_for(lambda c: c.stream().count("waiting") == 2, timeout=60), cell.output()
+    assert cell.wait_for(lambda c: both_printed(c, "waiting"), timeout=60), cell.output()
     kernel.km.interrupt_kernel()
     cell.finish(timeout=30)
     error = cell.error()
@@ -174,7 +181,7 @@ def test_a_killed_rank_breaks_the_session_and_restart_starts_new_workers(kernel)
         "%%distributed\nprint('in barrier', flush=True)\nif rank == 0:\n    dist.barrier()\n"
         "else:\n    time.sleep(300)\n"
     )
-    assert cell.wait_for(lambda c: c.stream().count("in barrier") == 2, timeout=60)
+    assert cell.wait_for(lambda c: both_printed(c, "in barrier"), timeout=60)
     os.kill(pids[1], signal.SIGKILL)
     cell.finish(timeout=30)
     error = cell.error()

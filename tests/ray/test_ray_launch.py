@@ -17,6 +17,7 @@ from pathlib import Path
 import cloudpickle
 import pytest
 import torch
+from helpers.ranklabels import printed_by
 from helpers.raycluster import SLOTS, START, listening, listening_addresses, rank_niceness
 
 from notebook_launcher import (
@@ -80,9 +81,10 @@ def test_a_ddp_job_spans_the_nodes_and_returns_every_rank(capsys):
     # At this process's priority, as a local launch's ranks, not at Ray workers' niceness 15.
     assert [v["niceness"] for v in values] == [rank_niceness()] * 4
     out = capsys.readouterr().out
+    lines = out.splitlines()
     for rank in range(4):
         assert f"[rank{rank}] rank {rank} trained" in out
-        assert f"[rank{rank}] written below Python" in out
+        assert printed_by(lines, rank, "written below Python"), out  # alike lines shown once
     model = result.panel.model
     assert model.metrics["loss"].last_mean() is not None
     assert all(state.node for state in model.ranks)

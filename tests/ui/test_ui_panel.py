@@ -65,7 +65,10 @@ def test_a_finished_run_says_so_and_the_panel_can_launch_again(comms, capfd):
     first = panel.launch()
     first.wait(60)
     wait_for(lambda: "finished in" in panel.message.value)
+    assert panel.result is first.result and panel.result.values == [0, 1]
+    assert "[0, 1]" in panel.message.value and "panel.result" in panel.message.value
     second = panel.launch()
+    assert panel.result is None  # running
     assert second is not first
     assert second.wait(60).values == [0, 1]
     assert "rank 1" not in second.view.log_widget.value  # output="main"

@@ -8,10 +8,9 @@ from abc import ABC
 from dataclasses import dataclass, field
 from typing import Any
 
-import cloudpickle
 import torch.multiprocessing as tmp
 
-from ...protocol import results
+from ...protocol import by_value, results
 from ...protocol.channel import LineSplitter
 from ...protocol.names import STACK_DUMP_SIGNAL, WORKER_ENTRY, entry_point
 from ...protocol.results import Received
@@ -161,7 +160,7 @@ class Launcher(ABC):
         if self.ships_by_value:
             # By value, so functions, lambdas and classes defined in notebook cells need no
             # importable module. Picklability was checked (and explained) by the preflight.
-            return cloudpickle.dumps((function, args))
+            return by_value.dumps((function, args))
         return (function, args)  # inherited, never pickled
 
     def prepare(self) -> None:

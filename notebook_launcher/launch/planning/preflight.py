@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from ...backends import Finding, all_backends
+from ...utils.environment import say
 from ...utils.validation import short_repr
 from ..errors import PreflightError
 from ..launchers import LAUNCHERS
@@ -203,4 +204,4 @@ def _spawn_way_out(problem: str | None) -> str:
 
 def _notice(text: str) -> None:
     logger.info(text)
-    print(text, file=sys.stderr, flush=True)
+    say(text)

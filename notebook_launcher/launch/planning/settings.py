@@ -25,7 +25,7 @@ MOST_RESTARTS = 100
 MONITOR_INTERVAL_RANGE = (0.001, 5.0)  # seconds
 MOST_STOP_GRACE = 60.0  # seconds: a stop should never keep the user waiting longer
 RDZV_BACKENDS = ("static", "c10d")
-OUTPUT_CHOICES = ("all", "main", "none")
+OUTPUT_CHOICES = ("all", "raw", "main", "none")
 DEFAULT_PREFIX_TEMPLATE = "[rank{rank}] "
 DEFAULT_MULTINODE_PREFIX_TEMPLATE = "[node{node_rank}:{local_rank} rank{rank}] "
 

@@ -23,7 +23,7 @@ from ...protocol.events import WorkerStopped
 from ...protocol.failure import looks_secondary
 from ...protocol.session_messages import CellInterrupted, Command, RankBusy, RankIdle
 from ...protocol.status import RankStatus
-from ..errors import RemoteTraceback, SessionBrokenError
+from ..errors import RemoteTraceback, SessionBrokenError, interrupt_error
 from ..planning.plan import LaunchPlan
 from ..processes.signals import InterruptFlag, interrupts_noted
 from ..supervision.group import WorkerGroup
@@ -121,7 +121,7 @@ class CallSupervisor(Supervisor):
         if primary.failed is not None and primary.failed.exc_type == CellInterrupted.type_name():
             # The interrupt reached the workers before the kernel's own KeyboardInterrupt.
             self.settle("interrupted", (), requested=True)
-            return KeyboardInterrupt(interrupted_text(self))
+            return interrupt_error(interrupted_text(self))
         self.settle(f"rank {primary.rank} failed", (primary.rank,))
         dead = [h for h in self.handles if h.exited]
         if dead:  # a peer's death, seen after the connection error it caused here

@@ -31,6 +31,7 @@ from ..errors import (
     SessionBrokenError,
     SessionClosedError,
     add_note,
+    interrupt_error,
     shown_as_argument_errors,
 )
 from ..launchers import LAUNCHERS
@@ -419,7 +420,7 @@ class Session:
                     # Ranks on other machines (a cluster) cannot map this one's shared memory.
                     body = _pickled(value, parts, shared=self._plan.cluster is None)
             except KeyboardInterrupt:  # while a large value was being written: nothing sent
-                raise KeyboardInterrupt(_not_sent(kind)) from None
+                raise interrupt_error(_not_sent(kind)) from None
             try:
                 return self._call_with(kind, body.data, timeout)
             except Exception as error:
@@ -462,9 +463,9 @@ class Session:
                             committed = True
                 except KeyboardInterrupt:
                     if not sent:
-                        raise KeyboardInterrupt(_not_sent(kind)) from None
+                        raise interrupt_error(_not_sent(kind)) from None
                     if committed:
-                        raise KeyboardInterrupt(
+                        raise interrupt_error(
                             "the cell was interrupted after the push took effect on every rank; "
                             "the session is still usable."
                         ) from None
@@ -474,7 +475,7 @@ class Session:
                     text = interrupted_text(supervisor)
                     if kind == protocol.PUSH:
                         text += f" {NOTHING_PUSHED}"
-                    raise KeyboardInterrupt(text) from None
+                    raise interrupt_error(text) from None
                 except BrokenPipeError as error:
                     self._break(f"a worker's command pipe closed ({error})")
                     raise SessionBrokenError(f"the session broke: {self._broken}") from None
@@ -494,8 +495,11 @@ class Session:
                 for handle in group.handles:  # the values are the caller's alone from now
                     handle.result = None
                 panel = RunPanel(view.model) if view is not None else None
-                return LaunchResult(values, 0, time.monotonic() - started, panel=panel)
+                group.sink.flush(final=True)
+                elapsed = time.monotonic() - started
+                return LaunchResult(values, 0, elapsed, panel=panel, outputs=group.sink.outputs())
             finally:
+                group.sink.flush(final=True)
                 if view is not None:
                     view.finish()
                 if self._state == "alive":
@@ -531,6 +535,7 @@ class Session:
         try:
             if self._idle.is_set() and self._group is group and self._state == "alive":
                 group.pump(0)
+                group.sink.flush(final=True)  # between calls nothing waits for other ranks
                 dead = [h for h in group.handles if h.exited]
                 if dead:
                     handle = dead[0]

@@ -187,7 +187,9 @@ class WorkerGroup:
 
     def begin_call(self, started: float) -> None:
         """A session's next call starts at ``started`` (monotonic): each rank is running again,
-        with nothing of the last call's outcome left on its handle."""
+        with nothing of the last call's outcome left on its handle, and its reports and
+        ``result.output()`` holding the new call's lines only."""
+        self.sink.begin_call()
         for handle in self.handles:
             handle.result = handle.failed = handle.finished_at = None
             handle.last_alive = started
@@ -280,6 +282,7 @@ class WorkerGroup:
             handle.result = None  # run() handed over the results; a failed run keeps none mapped
             handle.close()
         self._by_conn.clear()
+        self._flush_output(final=True)  # every line held, now that nothing more can come
         # Workers unlink their shared-memory exchange at once; one that died first cannot.
         shared_files.remove_leftovers(os.getpid())
         logger.debug("teardown: all %d processes gone, pipes closed", len(self.handles))
@@ -301,7 +304,7 @@ class WorkerGroup:
             self.pump(min(left, 0.05))
 
 
-def _nothing() -> None:
+def _nothing(final: bool = False) -> None:
     pass
 
 

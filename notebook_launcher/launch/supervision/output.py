@@ -1,13 +1,16 @@
-"""Worker output: raw pipe bytes -> whole lines -> the launching cell, labelled by rank."""
+"""Worker output: whole lines -> the launching cell, labelled by rank, alike lines grouped."""
 
 from __future__ import annotations
 
 import re
 import sys
+import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from ...protocol.events import OutputLine
+from ...utils.environment import one_output_area
+from .grouping import GROUP_WINDOW, LineGroups
 
 FATAL_MARK = "Fatal Python error:"  # how faulthandler starts its report of a crash
 FATAL_LINES = 400  # lines of a crash report kept (faulthandler prints at most 100 frames a thread)
@@ -15,6 +18,15 @@ FATAL_LINES = 400  # lines of a crash report kept (faulthandler prints at most 1
 # ("[rank0]:[W ...]") and its excepthook ("[rank0]: Traceback ..."), Lightning's rank_zero
 # messages ("[rank: 0] Seed set to 42"). Ours already says the rank.
 OWN_LABEL = re.compile(r"\[rank(?:(\d+)\]:|: (\d+)\]) ?")
+KEPT_LINES = 100_000  # lines of each rank kept for ``result.output(rank)`` (the oldest go first)
+# stderr lines that read as a problem (a traceback, a warning, an error, torch's C++ warnings
+# and errors), coloured red when the output shares one stream; other stderr lines (progress
+# bars, logging) are plain.
+PROBLEM = re.compile(
+    r"Traceback \(most recent call last\)|^\s+(File \"|\^)|\w*(Error|Exception|Warning)\b"
+    r"|^(ERROR|WARNING|CRITICAL|FATAL)\b|^\[?[WEF]\d{4} |^Fatal Python error"
+)
+RED, PLAIN = "\x1b[31m", "\x1b[0m"
 
 
 def without_own_label(text: str, rank: int) -> str:
@@ -28,13 +40,27 @@ def without_own_label(text: str, rank: int) -> str:
 
 
 class OutputSink:
-    """Keeps each rank's recent lines and writes the shown ones to the kernel's streams.
+    """Keeps each rank's lines and writes the shown ones to the kernel's streams.
 
     Lines are held until :meth:`flush` (the worker group calls it once it has handled what it
-    read, so a burst of lines costs one write and one flush) or the next notice; then each run
-    of lines of one stream goes out in one write, whole lines only, in the order they came. The
-    writes happen from the supervising thread only, so lines from different ranks can never be
-    glued together.
+    read, so a burst of lines costs one write) or the next notice; then each run of lines of
+    one stream goes out in one write, whole lines only, each rank's in the order it wrote them.
+    With ``policy`` "all", a line that several ranks print alike is shown once, labelled with
+    their ranks (``[rank0-7] text``; see :class:`.grouping.LineGroups`); "raw" shows every line of every
+    rank as it comes. In a notebook every line goes to the cell's stdout (each switch between
+    stdout and stderr would start another output area), stderr lines that read as a problem
+    in red; elsewhere stderr lines go to stderr. The writes happen from the supervising thread
+    only, so lines from different ranks can never be glued together.
+
+    Args:
+        policy: "all", "raw", "main" or "none" (see ``notebook_launcher``'s ``output``).
+        prefix: the label of a rank's lines.
+        tail_lines: lines of each rank kept for a failure report.
+        stdout, stderr: where the lines go (default: ``sys.stdout`` / ``sys.stderr``).
+        ranks: the ranks whose lines come here (a line is held for those that have not
+            printed yet, up to ``window``).
+        window: seconds a line waits for other ranks to print it too.
+        clock: monotonic seconds.
     """
 
     def __init__(
@@ -44,40 +70,63 @@ class OutputSink:
         tail_lines: int = 20,
         stdout=None,
         stderr=None,
+        ranks: Iterable[int] = (),
+        window: float = GROUP_WINDOW,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.policy = policy
         self.prefix = prefix
+        self.clock = clock
         self._tails: dict[int, deque[str]] = {}
+        self._kept: dict[int, deque[str]] = {}
         self._fatal: dict[int, list[str]] = {}
         self._tail_lines = tail_lines
         self._prefix_names_rank: dict[int, bool] = {}
         self._stdout = stdout
         self._stderr = stderr
         self._prefixes: dict[int, str] = {}
-        self._pending: list[tuple[str, str]] = []  # (stream, text) not written yet
+        self._groups = LineGroups(ranks if policy == "all" else (), window)
         self.also_shown: set[int] = set()  # ranks shown whatever the policy (in a debugger)
 
     def shows(self, rank: int) -> bool:
         return (
-            self.policy == "all" or (self.policy == "main" and rank == 0) or rank in self.also_shown
+            self.policy in ("all", "raw")
+            or (self.policy == "main" and rank == 0)
+            or rank in self.also_shown
         )
 
+    def begin_call(self) -> None:
+        """A new session call starts: its failure reports and ``output`` hold its lines only."""
+        self.flush(final=True)
+        self._tails.clear()
+        self._kept.clear()
+        self._fatal.clear()
+
     def write(self, line: OutputLine) -> None:
-        prefix = self._prefixes.get(line.rank)
+        rank = line.rank
+        prefix = self._prefixes.get(rank)
         if prefix is None:
-            prefix = self._prefixes[line.rank] = self.prefix(line.rank)
+            prefix = self._prefixes[rank] = self.prefix(rank)
         text = line.text
-        if self._names_rank(line.rank, prefix):
-            text = without_own_label(text, line.rank)
+        if self._names_rank(rank, prefix):
+            text = without_own_label(text, rank)
         labelled = prefix + text
-        self._tails.setdefault(line.rank, deque(maxlen=self._tail_lines)).append(labelled)
+        self._tails.setdefault(rank, deque(maxlen=self._tail_lines)).append(labelled)
+        kept = self._kept.get(rank)
+        if kept is None:
+            kept = self._kept[rank] = deque(maxlen=KEPT_LINES)
+        kept.append(text)
         if text.startswith(FATAL_MARK):
-            self._fatal[line.rank] = []
-        report = self._fatal.get(line.rank)
+            self._fatal[rank] = []
+        report = self._fatal.get(rank)
         if report is not None and len(report) < FATAL_LINES:
             report.append(text)
-        if self.shows(line.rank):
-            self._pending.append((line.stream, labelled))
+        if not self.shows(rank):
+            return
+        if self.policy == "all" and prefix == f"[rank{rank}] ":
+            self._groups.add(rank, line.stream, text, self.clock())
+        else:
+            self._groups.add_shown(line.stream, labelled, self.clock(), rank)
 
     def _names_rank(self, rank: int, prefix: str) -> bool:
         """Whether our label names the rank, so a library's label of it says nothing more (a
@@ -90,29 +139,49 @@ class OutputSink:
 
     def notice(self, text: str, stream: str = "stderr") -> None:
         """Write a line of the launcher's own to the kernel's streams, after the worker lines
-        held so far."""
-        self._pending.append((stream, text))
-        self.flush()
+        held so far (in a notebook to the cell's one output area, as plain text)."""
+        self._groups.add_shown(stream, text, self.clock())
+        self.flush(final=True)
 
-    def flush(self) -> None:
-        """Write the lines held so far: one write (and flush) per run of lines of one stream."""
-        pending, self._pending = self._pending, []
+    def flush(self, final: bool = False) -> None:
+        """Write the lines ready (every line held, with ``final``): one write per run of lines
+        of one stream."""
+        if not len(self._groups):
+            return
+        ready = self._groups.take(self.clock(), final)
+        if not ready:
+            return
+        stdout = self._stdout or sys.stdout
+        if one_output_area(stdout):
+            ready = [("stdout", _coloured(stream, text)) for stream, text in ready]
         start = 0
-        while start < len(pending):
-            stream = pending[start][0]
+        while start < len(ready):
+            stream = ready[start][0]
             end = start + 1
-            while end < len(pending) and pending[end][0] == stream:
+            while end < len(ready) and ready[end][0] == stream:
                 end += 1
-            target = (
-                (self._stdout or sys.stdout) if stream == "stdout" else (self._stderr or sys.stderr)
-            )
-            target.write("".join(text + "\n" for _, text in pending[start:end]))
+            target = stdout if stream == "stdout" else (self._stderr or sys.stderr)
+            target.write("".join(text + "\n" for _, text in ready[start:end]))
             target.flush()
             start = end
 
     def tail(self, rank: int) -> tuple[str, ...]:
         return tuple(self._tails.get(rank, ()))
 
+    def output(self, rank: int) -> list[str]:
+        """Every line ``rank`` printed (since the session call began), unlabelled."""
+        return list(self._kept.get(rank, ()))
+
+    def outputs(self) -> dict[int, list[str]]:
+        """:meth:`output` of every rank that printed."""
+        return {rank: list(lines) for rank, lines in sorted(self._kept.items())}
+
     def crash_report(self, rank: int) -> list[str]:
         """The crash report (fatal error and the frames of each thread) a rank printed."""
         return list(self._fatal.get(rank, ()))
+
+
+def _coloured(stream: str, text: str) -> str:
+    if stream == "stderr" and PROBLEM.search(text) and "%|" not in text:
+        return f"{RED}{text}{PLAIN}"
+    return text

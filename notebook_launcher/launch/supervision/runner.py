@@ -13,7 +13,7 @@ from ...protocol import shared_files
 from ...protocol.context import WorkerContext
 from ...protocol.results import Received
 from ...protocol.spec import WorkerSpec
-from ..errors import AttemptFailed
+from ..errors import AttemptFailed, interrupt_error
 from ..launchers import Launcher, WorkerHandle, make_launcher
 from ..planning.plan import LaunchPlan
 from ..processes.signals import interrupts_deferred
@@ -68,9 +68,15 @@ def launch(
                     continue
                 raise failed.error from failed.error.__cause__
             values = [received.load() for received in payloads]
-            return LaunchResult(values, restarts=restart, duration=time.monotonic() - started)
+            return LaunchResult(
+                values,
+                restarts=restart,
+                duration=time.monotonic() - started,
+                outputs=sink.outputs(),
+            )
     finally:
         with interrupts_deferred():
+            sink.flush(final=True)
             rendezvous.close()
     raise AssertionError("unreachable")
 
@@ -123,7 +129,7 @@ def _attempt(
             # A fresh exception, without the supervisor's frame the signal happened to hit:
             # that frame says nothing to the user, and on Python 3.11 it can sit at a bytecode
             # without a line number, which IPython then fails to format.
-            raise KeyboardInterrupt("the kernel was interrupted; every worker has been stopped")
+            raise interrupt_error("the kernel was interrupted; every worker has been stopped")
         attempt.finish(deadline)  # multi-node: the other nodes' ranks have returned too
         return payloads
 
@@ -148,7 +154,14 @@ def output_sink(plan: LaunchPlan, streams: tuple[Any, Any] | None = None) -> Out
         lambda rank: plan.prefix(rank, rank % plan.num_processes),
         stdout=stdout,
         stderr=stderr,
+        ranks=shown_ranks(plan),
     )
+
+
+def shown_ranks(plan: LaunchPlan) -> range:
+    """The ranks whose output reaches this kernel: this node's (another node's ranks print on
+    their node), or every rank when they run on a Ray cluster."""
+    return range(plan.world_size) if plan.cluster is not None else plan.node_ranks(plan.node_rank)
 
 
 def start_workers(

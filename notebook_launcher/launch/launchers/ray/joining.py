@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from ....utils.environment import say
 from ...errors import ClusterError
 from .settings import RayCluster
 
@@ -158,7 +158,7 @@ def _say(ray: Any, what: str) -> None:
         + ")"
     )
     logger.info(text)
-    print(text, file=sys.stderr, flush=True)
+    say(text)
 
 
 def _amount(value: float) -> str:

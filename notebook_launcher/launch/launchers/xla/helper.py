@@ -27,8 +27,8 @@ class ProcessLineSplitter(LineSplitter):
         super().__init__(rank, stream)
         self._crashed = False
 
-    def _line(self, raw: bytes) -> OutputLine:
-        line = super()._line(raw)
+    def _line(self, raw: bytes, stream: str | None = None) -> OutputLine:
+        line = super()._line(raw, stream)
         self._crashed = self._crashed or line.text.startswith(FATAL_MARK)
         if self._crashed:
             return line
