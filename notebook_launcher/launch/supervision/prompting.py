@@ -168,6 +168,9 @@ class Prompter:
         self.focus = handle.rank
         self._tell_others(handle, waiting)
         self._show_hidden(handle)
+        # Every line the ranks printed before the prompt (where pdb stopped), even one still
+        # held to be grouped with other ranks' alike lines.
+        self.group.sink.flush(final=True)
         request: InputRequest = handle.prompt
         self.before_ask()
         try:
