@@ -258,7 +258,7 @@ REFUSED = [
     ("%%distributed -n 0\n1\n", "ValueError", "num_processes"),
     ("%%distributed -n 2 --timeout -1\n1\n", "ValueError", "timeout"),
     ("%%distributed -n 2 extra\n1\n", "ValueError", "extra"),
-    ("%%distributed -n 2 --cluster slurm\n1\n", "ValueError", "cluster='slurm'"),
+    ("%%distributed -n 2 --cluster k8s\n1\n", "ValueError", "cluster='k8s'"),
     ("%distributed start -n 2 --cluster", "ValueError", "--cluster needs a value"),
     ("%distributed pull x", "ValueError", "no session is open"),
     ("%distributed close now", "ValueError", "no session is open"),
