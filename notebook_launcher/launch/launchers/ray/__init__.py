@@ -29,7 +29,7 @@ from ....protocol.spec import WorkerSpec
 from ...errors import ClusterError
 from ...planning.plan import LaunchPlan
 from ..base import WorkerHandle
-from ..remote.launcher import RemoteLauncher, on_its_node
+from ..remote.launcher import RemoteAttempt, RemoteLauncher, on_its_node
 from ..remote.links import Commands, Relay, RemoteHandle, close_writers, new_handle
 from .joining import PLACEMENT_POLL, Placement, first_lines, join, reserve, uploaded
 from .node_check import problems_by_node, report
@@ -71,7 +71,7 @@ class RayLauncher(RemoteLauncher):
         return attempt.start(specs, payload)
 
 
-class ClusterAttempt:
+class ClusterAttempt(RemoteAttempt):
     """The actors, placement group, listener and threads of one attempt; released (nothing of it
     left on the cluster) once every handle is closed, or at once if it cannot start."""
 
@@ -79,14 +79,11 @@ class ClusterAttempt:
         self.ray = ray
         self.settings = settings
         self.actor_class = actor_class
-        self.send_lock = threading.Lock()
+        super().__init__()
         self.handles: list[RemoteHandle] = []
         self.placement: Placement | None = None
         self.relay: Relay | None = None
-        self._closed: set[int] = set()
         self._killed: set[int] = set()
-        self._released = False
-        self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
         self._last_tick = 0.0
         self._checks: dict[Any, int] = {}  # each actor's environment check -> its rank
@@ -411,19 +408,8 @@ class ClusterAttempt:
             pass
         return value
 
-    def closed(self, handle: RemoteHandle) -> None:
-        with self._lock:
-            self._closed.add(handle.rank)
-            done = len(self._closed) == len(self.handles)
-        if done:
-            self.release()
-
-    def release(self) -> None:
-        """Kill every actor, close the listener, remove the placement group. Idempotent."""
-        with self._lock:
-            if self._released:
-                return
-            self._released = True
+    def _release(self) -> None:
+        """Kill every actor, close the listener, remove the placement group."""
         for handle in self.handles:
             self.kill(handle)
         if self.relay is not None:

@@ -5,6 +5,8 @@ its own node sees it."""
 from __future__ import annotations
 
 import dataclasses
+import threading
+from abc import ABC, abstractmethod
 
 from ....protocol.spec import WorkerSpec
 from ...planning.plan import LaunchPlan
@@ -39,3 +41,35 @@ def on_its_node(
         shared_memory=False,
     )
     return dataclasses.replace(spec, context=context, parent_pid=None)
+
+
+class RemoteAttempt(ABC):
+    """What every remote launcher's attempt shares: its handles, and being released once, when
+    the last of them is closed (or at once, by whoever gives up on it first)."""
+
+    def __init__(self) -> None:
+        self.send_lock = threading.Lock()
+        self.handles: list = []
+        self._closed: set[int] = set()
+        self._released = False
+        self._lock = threading.Lock()
+
+    def closed(self, handle) -> None:
+        """``handle``'s rank is over, as its worker group sees it; the last one releases all."""
+        with self._lock:
+            self._closed.add(handle.rank)
+            done = len(self._closed) == len(self.handles)
+        if done:
+            self.release()
+
+    def release(self) -> None:
+        """Release what the attempt holds on the cluster, once, whoever asks first."""
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+        self._release()
+
+    @abstractmethod
+    def _release(self) -> None:
+        """What :meth:`release` does, the first time."""

@@ -31,7 +31,7 @@ from ....protocol.spec import WorkerSpec
 from ....utils.listening import bind_listener, serve_store
 from ...errors import ClusterError
 from ..base import WorkerHandle
-from ..remote.launcher import RemoteLauncher, on_its_node
+from ..remote.launcher import RemoteAttempt, RemoteLauncher, on_its_node
 from ..remote.links import Commands, Relay, RemoteHandle, close_writers, new_handle
 from . import endings
 from .allocation import Allocation, check_request, interruptible
@@ -96,14 +96,14 @@ class SlurmHandle(RemoteHandle):
             time.sleep(0.05)
 
 
-class StepAttempt:
+class StepAttempt(RemoteAttempt):
     """The allocation, job step, listener, store and threads of one attempt; released (the step
     ended, a submitted job cancelled) once every handle is closed, or at once if it cannot
     start."""
 
     def __init__(self, settings: SlurmCluster) -> None:
         self.settings = settings
-        self.send_lock = threading.Lock()
+        super().__init__()
         self.handles: list[SlurmHandle] = []
         self.allocation: Allocation | None = None
         self.relay: Relay | None = None
@@ -115,9 +115,6 @@ class StepAttempt:
         )
         self._codes: dict[int, int] = {}  # task -> exit code, as srun reported it
         self._quiet: dict[int, float] = {}  # rank -> when its socket was found closed
-        self._closed: set[int] = set()
-        self._released = False
-        self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
 
     # -- starting ---------------------------------------------------------------------------
@@ -333,19 +330,8 @@ class StepAttempt:
         srun said it; None otherwise."""
         return self.ending
 
-    def closed(self, handle: RemoteHandle) -> None:
-        with self._lock:
-            self._closed.add(handle.rank)
-            done = len(self._closed) == len(self.handles)
-        if done:
-            self.release()
-
-    def release(self) -> None:
-        """End the step, close the listener and the store, cancel a submitted job. Idempotent."""
-        with self._lock:
-            if self._released:
-                return
-            self._released = True
+    def _release(self) -> None:
+        """End the step, close the listener and the store, cancel a submitted job."""
         srun = self.srun
         if srun is not None:
             self._stop_step()
