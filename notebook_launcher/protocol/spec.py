@@ -20,6 +20,7 @@ class WorkerSpec:
     max_restarts: int
     start_method: str = "fork"  # how the process was started ("fork" or "spawn")
     session: bool = False  # a session's worker: it waits for commands after joining the job
+    post_mortem: bool = False  # a failure opens the debugger on the rank before it is reported
 
 
 @dataclass

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -126,6 +127,10 @@ def call_function(spec: WorkerSpec, payload: Any, channel: EventChannel) -> int:
             if exc.code not in (None, 0):
                 raise
             value = None
+        except Exception as exc:
+            if spec.post_mortem:
+                debug_failure(exc, rank)
+            raise
         finally:
             sys.settrace(None)  # a debugger left stepping stops nowhere in what follows
             stopping.leaving()  # what follows reports the outcome: a stop must not cut it short
@@ -144,6 +149,21 @@ def call_function(spec: WorkerSpec, payload: Any, channel: EventChannel) -> int:
 
 
 prompts.ENTRY_CODES.add(call_function.__code__)
+
+
+def debug_failure(exc: Exception, rank: int) -> None:
+    """The debugger in the frame where ``exc`` was raised, before the failure is reported (the
+    kernel's ``%pdb on``): the other ranks go on until the user leaves it (``c`` or ``q``).
+    Where no prompt can be answered after all, the failure is reported as it is."""
+    print(
+        f"{''.join(traceback.format_exception_only(exc)).rstrip()}\n"
+        f"post-mortem debugger of rank {rank} (%pdb on); c or q leaves it and the launch fails",
+        file=sys.stderr,
+    )
+    try:
+        prompts.post_mortem(exc.__traceback__, rank)
+    except Exception as error:
+        print(f"no post-mortem debugger: {error}", file=sys.stderr)
 
 
 def shutdown_process_group(ending: bool = False) -> None:

@@ -5,6 +5,7 @@ stall that does not fire at a prompt, ``q``, an interrupt, and a frontend that t
 from __future__ import annotations
 
 import ast
+import queue
 import re
 import time
 
@@ -345,3 +346,57 @@ def test_pdb_on_opens_the_failing_ranks_frame_in_the_failing_cell(kernel):
     pids = [p.pid for p in kernel.workers()]
     assert kernel.execute("%distributed close", timeout=60).error() is None
     assert wait_until(lambda: not alive(pids), 10.0)
+
+
+FAILING_LAUNCH = r"""
+import os
+import time
+from notebook_launcher import notebook_launcher
+
+def fails_on_one():
+    rank = int(os.environ["RANK"])
+    x = 10
+    if rank == 1:
+        raise ValueError(f"rank {rank} got x={x}")
+    time.sleep(300)  # rank 0 runs on until the launch stops it
+    return x
+"""
+
+
+@pytest.mark.parametrize("leave", ["c", "q"])
+def test_pdb_on_stops_a_launchs_failing_rank_in_the_debugger_before_the_others(kernel, leave):
+    defined(kernel, FAILING_LAUNCH)
+    assert kernel.execute("%pdb on", timeout=30).error() is None
+    cell = kernel.start(
+        "notebook_launcher(fails_on_one, num_processes=2)", store_history=True, allow_stdin=True
+    )
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
+    assert re.search(r"\[rank1\] > Cell In\[\d+\], line 9, in fails_on_one\(\)", cell.stream()), (
+        cell.output()
+    )
+    # The other rank is not stopped while rank 1 is at the prompt.
+    assert len(kernel.workers()) == 2, kernel.workers()
+    cell.answer("p x")
+    cell.prompt(30)
+    assert "[rank1] 10" in cell.stream().splitlines(), cell.output()
+    cell.answer(leave)
+    cell.finish(60)  # rank 0 is stopped; no second debugger (IPython's) follows
+    with pytest.raises(queue.Empty):
+        kernel.kc.get_stdin_msg(timeout=0.5)
+    error = cell.error()
+    assert error is not None and error["ename"] == "ValueError", cell.output()
+    assert "rank 1 got x=10" in cell.traceback(), cell.output()
+    assert wait_until(lambda: not kernel.workers(), 10.0), kernel.workers()
+    # Without %pdb on, the same failure ends the launch at once, with no prompt.
+    assert kernel.execute("%pdb off", timeout=30).error() is None
+    plain = kernel.start(
+        "notebook_launcher(fails_on_one, num_processes=2)", store_history=True, allow_stdin=True
+    )
+    plain.finish(60)
+    with pytest.raises(queue.Empty):  # no prompt was asked
+        kernel.kc.get_stdin_msg(timeout=0.5)
+    error = plain.error()
+    assert error is not None and error["ename"] == "ValueError", plain.output()
+    assert "rank 1 got x=10" in plain.traceback(), plain.output()
+    assert "post-mortem" not in plain.output(), plain.output()
+    assert wait_until(lambda: not kernel.workers(), 10.0), kernel.workers()

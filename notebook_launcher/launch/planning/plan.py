@@ -40,6 +40,8 @@ class LaunchPlan:
     # workers (CUDA initialised) and the function and its arguments can travel by value.
     auto_start_method: bool = False
     cluster: Any = None  # a RayCluster: the ranks run as Ray actors (start_method "ray")
+    # The cell has %pdb on: a rank whose function raises opens the debugger before it reports.
+    post_mortem: bool = False
 
     @property
     def world_size(self) -> int:

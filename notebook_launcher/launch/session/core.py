@@ -46,11 +46,11 @@ from ..rendezvous import open_rendezvous
 from ..result import LaunchResult
 from ..supervision.group import WorkerGroup
 from ..supervision.oom import oom_kills
+from ..supervision.postmortem import debugged_on_rank, shell_wants_pdb
 from ..supervision.runner import output_sink, prepared_launcher, start_workers
 from ..supervision.supervisor import OUTSIDE_STOP
 from .calls import CallSupervisor, interrupted_text, with_session_notes
 from .errors import RESTART_HINT, broken_text
-from .postmortem import debugged_on_rank, shell_wants_pdb
 
 START_TIMEOUT = 300.0  # default seconds for the workers to start and form the group
 CLOSE_WAIT = 10.0  # seconds closed workers get to leave before they are stopped

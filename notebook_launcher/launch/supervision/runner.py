@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -21,6 +22,7 @@ from ..rendezvous import Attempt, Rendezvous, open_rendezvous
 from ..result import LaunchResult
 from .group import WorkerGroup
 from .output import OutputSink
+from .postmortem import cell_debugs_failures, debugged_on_rank, shell_wants_pdb
 from .supervisor import DEADLOCK_AFTER, Supervisor
 
 logger = logging.getLogger(__name__)
@@ -39,6 +41,8 @@ def launch(
     ``listeners`` get every event; setting ``stop`` tears the run down (LaunchStoppedError);
     ``streams`` replace the kernel's stdout and stderr for worker lines.
     """
+    if cell_debugs_failures():
+        plan = dataclasses.replace(plan, post_mortem=True)
     launcher, payload = prepared_launcher(plan, function, args)
     sink = output_sink(plan, streams)
     started = time.monotonic()
@@ -66,6 +70,10 @@ def launch(
                         f"processes (restart {restart + 1} of {plan.max_restarts})"
                     )
                     continue
+                if plan.post_mortem:  # the failing rank was debugged: not the kernel's frames
+                    shell = shell_wants_pdb()
+                    if shell is not None:
+                        debugged_on_rank(shell, failed.error)
                 raise failed.error from failed.error.__cause__
             values = [received.load() for received in payloads]
             return LaunchResult(
@@ -213,4 +221,5 @@ def worker_spec(
         max_restarts=plan.max_restarts,
         start_method=plan.start_method,
         session=session,
+        post_mortem=plan.post_mortem and not session,
     )

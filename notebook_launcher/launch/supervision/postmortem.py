@@ -1,11 +1,13 @@
-"""``%pdb on`` for a session: a call that failed on a rank opens the debugger on that rank, in the
-cell that ran the call, instead of IPython's debugger in the launcher's frames."""
+"""``%pdb on``: a launch or a session call that fails on a rank opens the debugger on that rank,
+in the cell that runs it, instead of IPython's debugger in the launcher's frames."""
 
 from __future__ import annotations
 
 import sys
 import threading
 from typing import Any
+
+from .prompting import _is_terminal
 
 
 def shell_wants_pdb() -> Any:
@@ -16,6 +18,19 @@ def shell_wants_pdb() -> Any:
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     return shell if getattr(shell, "call_pdb", False) else None
+
+
+def cell_debugs_failures() -> bool:
+    """Whether a launch run now should stop a failing rank in the debugger before it reports:
+    the cell has ``%pdb on`` and someone can answer the prompt (the frontend takes input, or a
+    terminal runs IPython)."""
+    shell = shell_wants_pdb()
+    if shell is None:
+        return False
+    kernel = getattr(shell, "kernel", None)
+    if kernel is None:
+        return _is_terminal(sys.stdin)
+    return bool(getattr(kernel, "_allow_stdin", True))
 
 
 def debugged_on_rank(shell: Any, error: BaseException) -> None:
