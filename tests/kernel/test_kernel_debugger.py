@@ -400,3 +400,14 @@ def test_pdb_on_stops_a_launchs_failing_rank_in_the_debugger_before_the_others(k
     assert "rank 1 got x=10" in plain.traceback(), plain.output()
     assert "post-mortem" not in plain.output(), plain.output()
     assert wait_until(lambda: not kernel.workers(), 10.0), kernel.workers()
+
+
+def test_pdb_on_without_input_leaves_a_launchs_failure_as_it_is(kernel):
+    defined(kernel, FAILING_LAUNCH)
+    assert kernel.execute("%pdb on", timeout=30).error() is None
+    cell = kernel.execute("notebook_launcher(fails_on_one, num_processes=2)", timeout=60)
+    # The rank reports at once (IPython's own %pdb then fails to read input, as for any error).
+    assert cell.error() is not None, cell.output()
+    assert "rank 1 got x=10" in cell.output(), cell.output()
+    assert "post-mortem debugger of rank" not in cell.output(), cell.output()
+    assert wait_until(lambda: not kernel.workers(), 10.0), kernel.workers()
