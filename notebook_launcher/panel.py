@@ -22,7 +22,7 @@ from .backends import backend_for, launch_backend
 from .launch.background import LaunchHandle, start_in_background
 from .launch.launchers import START_METHODS
 from .launch.launchers.ray.settings import NOT_ON_A_CLUSTER, PLACEMENTS, RayCluster
-from .launch.planning.planner import plan_launch
+from .launch.planning.planner import most_processes, plan_launch
 from .launch.planning.preflight import check_args, check_function
 from .launch.planning.settings import DEFAULTS, OUTPUT_CHOICES, LaunchSettings
 from .launch.result import LaunchResult
@@ -40,11 +40,6 @@ CHOICES = {
 UNUSED_ON_A_CLUSTER = {name: unused for name, unused, _ in NOT_ON_A_CLUSTER}
 LOCAL_ONLY = tuple(name for name in UNUSED_ON_A_CLUSTER if name in SETTINGS)
 MOST_CLUSTER_RANKS = 4096  # the ranks the form offers on a Ray cluster
-
-
-def machine_processes() -> int:
-    """The most processes this machine runs well: one per device (GPU, TPU core, usable core)."""
-    return launch_backend().device_count()
 
 
 def process_group_backend(device: str) -> str:
@@ -81,11 +76,14 @@ class LaunchPanel:
     Args:
         function: the training function (passed, not called).
         args: its positional arguments.
-        num_processes: initial number of processes (default: what the machine has).
+        num_processes: initial number of processes (default: one per GPU, else per usable
+            core).
         mixed_precision, start_method, timeout, stall_timeout, output: initial settings, as
             for :func:`notebook_launcher` (a timeout of None shows as 0).
-        max_processes: the most processes offered on this machine; default one per GPU, else
-            per usable core (on a Ray cluster the form offers up to 4096 ranks).
+        max_processes: the most processes the form accepts on this machine; default what
+            :func:`notebook_launcher` accepts there (one per GPU, else a few per usable core);
+            on a Ray cluster the form accepts up to 4096 ranks. A value beyond it, or under 1,
+            is refused in red beside the field, and Launch waits for a valid one.
         **options: any other :func:`notebook_launcher` keyword, passed to every launch;
             ``cluster="ray"`` or ``cluster=RayCluster(...)`` starts the form on a Ray cluster
             (its ``runtime_env`` and timeouts kept for every cluster launch).
@@ -127,13 +125,16 @@ class LaunchPanel:
         self.args = check_args(args)
         self.function = function
         if max_processes is None:
-            max_processes = machine_processes()
+            max_processes, why = most_processes()
+        else:
+            why = f" (this panel's max_processes={max_processes!r})"
         if isinstance(max_processes, bool) or not isinstance(max_processes, int):
             raise TypeError(f"max_processes={max_processes!r} is not valid: expected an int >= 1")
         if max_processes < 1:
             raise ValueError(f"max_processes={max_processes!r} is not valid: expected an int >= 1")
         if num_processes is None:
-            num_processes = max_processes
+            # one per device (or usable core), within the panel's bound
+            num_processes = min(launch_backend().device_count(), max_processes)
         if "ui" in options:
             raise TypeError("ui= is not valid here: the panel always shows widgets")
         # Every setting is checked once now, so a bad one is reported where it was written;
@@ -164,6 +165,7 @@ class LaunchPanel:
             start=lambda values: self._start(self._settings(values)),
             cluster_max_processes=max(MOST_CLUSTER_RANKS, num_processes),
             local_only=LOCAL_ONLY,
+            max_processes_why=why,
         )
 
     # The view's widgets and run, read through the panel.

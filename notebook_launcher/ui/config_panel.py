@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ..utils.environment import in_kernel
-from ..utils.validation import short_repr
+from ..utils.validation import check_int_in, short_repr
 from .cluster_form import ClusterForm, where_text
 from .widgets import widget_bundle
 
@@ -130,8 +130,10 @@ class ConfigPanel:
             ``cluster``: None for this machine, or the Ray cluster's ``address``,
             ``resources_per_process`` and ``placement``).
         choices: the options of each setting picked from a list (:data:`CHOSEN`).
-        max_processes: the most processes the form offers on this machine.
-        cluster_max_processes: the most it offers on a Ray cluster (default: ``max_processes``).
+        max_processes: the most processes the form accepts on this machine.
+        max_processes_why: where that bound comes from, in parentheses after it in the message
+            of a value over it (e.g. ``" (4 per usable core)"``).
+        cluster_max_processes: the most it accepts on a Ray cluster (default: ``max_processes``).
         local_only: the settings that mean nothing on a cluster: disabled while it is chosen.
         plan: the form's values -> the resolved plan (for :func:`plan_html`); raises TypeError or
             ValueError, shown in place of the plan, for values it refuses.
@@ -139,13 +141,18 @@ class ConfigPanel:
         start: the form's values -> a started :class:`RunHandle` whose view is widgets not yet
             shown; whatever it raises is shown beside the buttons.
 
+    The processes field takes any int; one under 1 or over the bound where the run goes is kept
+    as typed, refused in red beside the field (``processes_note``), and Launch is disabled until
+    it is changed.
+
     Once a run ends its live panels leave the form, and a static copy of its final table and
     charts is shown in the output under the panel (``show()`` made it), kept in a saved notebook.
 
     Attributes:
         widget: the panel (a ``VBox``): the title, the settings' widgets (``where`` and, on a Ray
             cluster, its fields: ``address``, ``cpus``, ``gpus``, ``custom_resources``,
-            ``placement``) beside ``plan``, then
+            ``placement``) beside ``plan`` (``num_processes`` with ``processes_note`` beside it),
+            then
             ``launch_button``, ``stop_button`` and ``message``, then ``runs``.
         handle: the latest run's handle, or None.
         display_id: of the output under the panel that keeps a run (None until shown).
@@ -163,6 +170,7 @@ class ConfigPanel:
         start: Callable[[dict[str, Any]], RunHandle],
         cluster_max_processes: int | None = None,
         local_only: Sequence[str] = (),
+        max_processes_why: str = "",
     ) -> None:
         import ipywidgets as widgets  # only once a panel is built: optional outside Jupyter
 
@@ -171,17 +179,16 @@ class ConfigPanel:
         self._backend = backend
         self._start = start
         self._most = (max_processes, cluster_max_processes or max_processes)
+        self._most_why = (max_processes_why, " (the ranks this form offers on a Ray cluster)")
         self._local_only = tuple(local_only)
         self.handle: RunHandle | None = None
         self.display_id: str | None = None
         self.title = widgets.HTML(f"<b>Launch</b> <code>{html.escape(name)}</code>")
-        self.num_processes = widgets.BoundedIntText(
-            value=values["num_processes"],
-            min=1,
-            max=self._most[values.get("cluster") is not None],
-            description="processes",
-            style=LABEL_STYLE,
+        # Not a BoundedIntText: that one silently clamps what is typed into its bounds.
+        self.num_processes = widgets.IntText(
+            value=values["num_processes"], description="processes", style=LABEL_STYLE
         )
+        self.processes_note = widgets.HTML()
         self.mixed_precision = self._chosen(values, choices, "mixed_precision", "mixed precision")
         self.start_method = self._chosen(values, choices, "start_method", "start method")
         self.timeout = self._seconds(values, "timeout", "timeout (s, 0: none)")
@@ -204,19 +211,44 @@ class ConfigPanel:
         self.launch_button.on_click(lambda button: self.launch())
         self.stop_button.on_click(lambda button: self.stop())
         buttons = widgets.HBox([self.launch_button, self.stop_button, self.message])
-        form = widgets.VBox([self.where_form.widget, *controls])
+        rows = [
+            widgets.HBox([control, self.processes_note])
+            if control is self.num_processes
+            else control
+            for control in controls
+        ]
+        form = widgets.VBox([self.where_form.widget, *rows])
         settings = widgets.HBox([form, self.plan])
         self.widget = widgets.VBox([self.title, settings, buttons, self.runs])
         self._where_changed()
         self.refresh_plan()
 
     def _where_changed(self) -> None:
-        """Disable what means nothing where the run goes and offer as many processes as it
-        takes (the form's observer plans again)."""
+        """Disable what means nothing where the run goes (the form's observer plans again, and
+        checks the processes against the bound of where the run now goes)."""
         on_cluster = self.where_form.on_cluster
         for setting in self._local_only:
             getattr(self, setting).disabled = on_cluster
-        self.num_processes.max = self._most[on_cluster]  # the value is kept within it
+
+    @property
+    def most_processes(self) -> int:
+        """The most processes the form accepts where the run goes."""
+        return self._most[self.where_form.on_cluster]
+
+    def processes_refused(self) -> str:
+        """Why the processes field's value is refused where the run goes, or "" if it is not."""
+        on_cluster = self.where_form.on_cluster
+        try:
+            check_int_in(
+                "num_processes",
+                self.num_processes.value,
+                1,
+                self._most[on_cluster],
+                self._most_why[on_cluster],
+            )
+        except (TypeError, ValueError) as exc:
+            return str(exc)
+        return ""
 
     @staticmethod
     def _chosen(
@@ -251,7 +283,18 @@ class ConfigPanel:
         }
 
     def refresh_plan(self) -> None:
-        """Draw the plan of the form's values, or why they are refused."""
+        """Draw the plan of the form's values, or why they are refused; a refused number of
+        processes is said beside its field, and Launch waits for a valid one."""
+        refused = self.processes_refused()
+        self.processes_note.value = (
+            f'<span class="nl-field-error" style="color:#d62728">{html.escape(refused)}</span>'
+            if refused
+            else ""
+        )
+        self.launch_button.disabled = bool(refused) or self.running
+        if refused:
+            self.plan.value = '<span style="opacity:0.7">no plan: see the processes</span>'
+            return
         try:
             plan = self._plan(self.values())  # the form's own checks raise here too
         except (TypeError, ValueError) as exc:
@@ -274,6 +317,10 @@ class ConfigPanel:
         """
         if self.running:
             return self.handle
+        refused = self.processes_refused()
+        if refused:  # Launch is disabled then; a call from code is refused the same way
+            self.message.value = error_html(ValueError(refused))
+            return None
         try:
             handle = self._start(self.values())
         except Exception as exc:  # shown in the panel: a button has nowhere else to raise to
@@ -313,7 +360,7 @@ class ConfigPanel:
         if self._keep(handle.view.final_panel()._repr_mimebundle_()):
             self.runs.children = ()
             handle.view.close()
-        self.launch_button.disabled = False
+        self.launch_button.disabled = bool(self.processes_refused())
         self.stop_button.disabled = True
 
     def _keep(self, bundle: dict[str, Any]) -> bool:

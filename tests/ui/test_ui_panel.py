@@ -9,6 +9,7 @@ import time
 import pytest
 
 from notebook_launcher import LaunchPanel, LaunchStoppedError, RayCluster, log
+from notebook_launcher.launch.planning.planner import most_processes, plan_launch
 
 
 def train(seconds):
@@ -29,7 +30,7 @@ def wait_for(condition, timeout: float = 30.0):
 
 def test_the_panel_shows_the_resolved_plan_and_follows_the_settings(comms):
     panel = LaunchPanel(train, args=(1,), num_processes=2, max_processes=2)
-    assert panel.num_processes.max == 2
+    assert panel.view.most_processes == 2 and panel.view.processes_note.value == ""
     plan = panel.plan.value
     for part in ("cpu × 2", "gloo", "threads per process", "29500", "fork"):
         assert part in plan, part
@@ -81,6 +82,51 @@ def test_a_refused_launch_is_explained_in_the_panel(comms):
     assert panel.launch() is None
     assert "stall_timeout=-1.0 is not valid" in panel.message.value
     assert panel.handle is None and not panel.launch_button.disabled
+
+
+def test_the_processes_field_accepts_what_the_launcher_accepts_and_never_clamps(comms, monkeypatch):
+    from notebook_launcher.launch.planning.planner import MAX_PROCESSES_ENV
+
+    monkeypatch.setenv(MAX_PROCESSES_ENV, "8")
+    panel = LaunchPanel(train, args=(0.1,), num_processes=2)
+    assert panel.view.most_processes == most_processes()[0] == 8
+    panel.num_processes.value = 8
+    assert panel.num_processes.value == 8 and panel.settings().num_processes == 8
+    assert panel.view.processes_note.value == "" and not panel.launch_button.disabled
+    assert "cpu × 8" in panel.plan.value
+    panel.num_processes.value = 9  # the launcher's own refusal, word for word
+    with pytest.raises(ValueError) as refused:
+        plan_launch(num_processes=9)
+    assert panel.num_processes.value == 9
+    assert html.escape(str(refused.value)) in panel.view.processes_note.value
+    assert f"{MAX_PROCESSES_ENV}=8" in panel.view.processes_note.value
+    assert panel.launch_button.disabled
+
+
+def test_the_processes_field_says_in_red_why_it_refuses_0_and_starts_nothing(comms):
+    panel = LaunchPanel(train, args=(0.1,), num_processes=2)
+    panel.num_processes.value = 0
+    assert panel.num_processes.value == 0  # kept as typed
+    note = panel.view.processes_note.value
+    assert 'style="color:#d62728"' in note
+    assert "num_processes=0 is not valid: expected an int &gt;= 1 and &lt;= " in note
+    assert panel.launch_button.disabled and "cpu ×" not in panel.plan.value
+    assert panel.launch() is None and panel.handle is None  # refused from code too
+    assert "ValueError: num_processes=0 is not valid" in panel.message.value
+    panel.num_processes.value = 1
+    assert panel.view.processes_note.value == "" and not panel.launch_button.disabled
+    assert "cpu × 1" in panel.plan.value
+
+
+def test_the_field_bound_is_the_one_the_launcher_holds_to(comms):
+    most, _ = most_processes()
+    panel = LaunchPanel(train, args=(0.1,), num_processes=1)
+    panel.num_processes.value = most
+    assert panel.view.processes_note.value == "" and plan_launch(num_processes=most)
+    panel.num_processes.value = most + 1
+    with pytest.raises(ValueError) as refused:
+        plan_launch(num_processes=most + 1)
+    assert html.escape(str(refused.value)) in panel.view.processes_note.value
 
 
 @pytest.mark.parametrize(
@@ -138,7 +184,7 @@ def test_the_view_runs_on_what_it_is_given_without_the_launcher(comms):
         backend=lambda device: f"{device}-group",
         start=start,
     )
-    assert view.num_processes.max == 3 and view.timeout.value == 0.0
+    assert view.most_processes == 3 and view.timeout.value == 0.0
     assert planned[-1] == values  # 0 read back as None
     for part in ("abacus × 2", "abacus-group", "any free port", "<td>none</td>"):
         assert part in view.plan.value, part
@@ -198,7 +244,7 @@ def test_the_view_offers_a_ray_cluster_and_switching_back_restores_this_machine(
     assert view.values()["cluster"] is None and "<td>this machine</td>" in view.plan.value
     assert view.where_form.fields.layout.display == "none"  # the cluster's fields hidden
     view.where.value = "Ray cluster"
-    assert view.start_method.disabled and view.num_processes.max == 64
+    assert view.start_method.disabled and view.most_processes == 64
     assert view.where_form.fields.layout.display is None
     view.num_processes.value = 8
     view.address.value = " 10.0.0.5:6379 "
@@ -218,11 +264,18 @@ def test_the_view_offers_a_ray_cluster_and_switching_back_restores_this_machine(
     assert view.values()["cluster"]["address"] is None  # as ray.init() chooses
     assert view.values()["cluster"]["resources_per_process"] == {"slot": 2.0}  # 0 CPUs left out
     assert "(address as ray.init() chooses), 8 ranks × {slot: 2}" in view.plan.value
-    # Switching back: this machine again, the start method enabled, the machine's bound kept.
+    # Switching back: this machine again, the start method enabled, the machine's bound back:
+    # the 8 ranks are kept as typed and refused beside the field, not turned into 3.
     view.where.value = "this machine"
     assert view.values()["cluster"] is None and not view.start_method.disabled
-    assert view.num_processes.max == 3 and view.num_processes.value == 3
+    assert view.most_processes == 3 and view.num_processes.value == 8
+    assert "num_processes=8 is not valid: expected an int &gt;= 1 and &lt;= 3" in (
+        view.processes_note.value
+    )
+    assert view.launch_button.disabled
     assert view.where_form.fields.layout.display == "none"
+    view.num_processes.value = 3
+    assert view.processes_note.value == "" and not view.launch_button.disabled
     assert "<td>this machine</td>" in view.plan.value
 
 
@@ -275,10 +328,15 @@ def test_choosing_a_ray_cluster_launches_with_its_record(comms):
     shown = panel.static_html()
     assert f"<td>{where}</td>" in shown and "<td>spread</td>" in shown
     assert "start method" not in shown
-    panel.where.value = "this machine"
+    panel.where.value = "this machine"  # the 4 ranks kept, refused here, until changed
+    assert "num_processes=4 is not valid" in panel.view.processes_note.value
+    assert "this panel&#x27;s max_processes=2" in panel.view.processes_note.value
+    assert panel.launch_button.disabled
+    panel.num_processes.value = 2
     settings = panel.settings()
     assert settings.cluster is None and settings.start_method == "spawn"
     assert settings.num_processes == 2 and not panel.start_method.disabled
+    assert not panel.launch_button.disabled
     assert "<td>2 (spawn)</td>" in panel.plan.value
 
 

@@ -144,6 +144,21 @@ def _num_processes(requested: int | None, devices: int, backend: Backend) -> int
     return check_int_in("num_processes", requested, 1, most, why)
 
 
+def most_processes(backend: Backend | None = None) -> tuple[int, str]:
+    """The most processes a launch on this machine starts, and where that number comes from
+    (the bound :func:`notebook_launcher` holds ``num_processes`` to): one per GPU or XLA device,
+    else a few per usable core.
+
+    Args:
+        backend: the device; default: this machine's.
+    """
+    backend = backend or launch_backend()
+    devices = backend.device_count() if backend.accelerator else 0
+    if devices > 0:
+        return devices, f" (one per device; this machine has {devices} {backend.label})"
+    return _most_cpu_processes()
+
+
 def _most_cpu_processes() -> tuple[int, str]:
     """How many CPU workers a node may start, and where that number comes from."""
     cores = available_cpu_count()
