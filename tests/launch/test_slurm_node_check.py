@@ -15,7 +15,9 @@ def _answer(**changes) -> bytes:
 
 def test_a_node_like_the_kernel_gets_its_go_and_the_check_ends_when_all_answered():
     check = NodeCheck(("json",), 2)
+    assert check.silent() == [0, 1]
     assert check.heard(0, "n1", _answer()) and not check.all_heard()
+    assert check.silent() == [1]
     assert check.heard(1, "n2", _answer()) and check.all_heard()
     assert not check.lacking()
     assert from_json(_answer()) == describe_node(("json",))

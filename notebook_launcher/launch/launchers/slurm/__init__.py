@@ -242,6 +242,13 @@ class StepAttempt(RemoteAttempt):
                 return  # a rank that joined already ended: the supervisor reports it
             if time.monotonic() >= deadline:
                 missing = [h.rank for h in self.handles if h.link is None]
+                if not missing:  # every rank connected; some never said what its node has
+                    silent = self.check.silent()
+                    raise ClusterError(
+                        f"rank {', '.join(map(str, silent))} connected to this kernel but did "
+                        f"not say what its node has within {self.settings.timeout:g} s: does "
+                        "its node run the same notebook_launcher as this kernel?"
+                    )
                 raise ClusterError(
                     f"rank {', '.join(map(str, missing))} did not connect to this kernel within "
                     f"{self.settings.timeout:g} s (listening on {host_port(self.relay.address)}): "

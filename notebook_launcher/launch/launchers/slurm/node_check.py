@@ -59,6 +59,11 @@ class NodeCheck:
     def all_heard(self) -> bool:
         return len(self._seen) >= self.ranks
 
+    def silent(self) -> list[int]:
+        """The ranks that have not answered."""
+        with self._changed:
+            return [rank for rank in range(self.ranks) if rank not in self._seen]
+
     def wait(self, timeout: float) -> None:
         """Until another answer came, or ``timeout`` seconds."""
         with self._changed:
