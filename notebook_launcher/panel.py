@@ -6,8 +6,9 @@ imports it. The form, the plan's table, the buttons and the run's panels are the
 hands the form's values to this panel, which keeps a :class:`LaunchSettings` record (those
 values over the options it was given), plans it with :func:`notebook_launcher.plan_launch` and
 runs it in the background as :func:`notebook_launcher.launch_in_background` does, on this machine
-or, where the form says so, on a Ray cluster (a :class:`RayCluster` made of its fields, the
-settings that mean nothing there left at their "not used" values). The Launch
+or, where the form says so, on a Ray cluster or Slurm (a :class:`RayCluster` or
+:class:`SlurmCluster` made of its fields, the settings that mean nothing there left at their
+"not used" values). The Launch
 button returns at once (the run is supervised from a background thread, as button clicks are not
 handled while a cell runs), so Stop works during a run.
 """
@@ -22,10 +23,12 @@ from .backends import backend_for, launch_backend
 from .launch.background import LaunchHandle, start_in_background
 from .launch.launchers import START_METHODS
 from .launch.launchers.ray.settings import NOT_ON_A_CLUSTER, PLACEMENTS, RayCluster
+from .launch.launchers.slurm.settings import SlurmCluster
 from .launch.planning.planner import most_processes, plan_launch
 from .launch.planning.preflight import check_args, check_function
 from .launch.planning.settings import DEFAULTS, OUTPUT_CHOICES, LaunchSettings
 from .launch.result import LaunchResult
+from .ui.cluster_form import SLURM_FIELDS, is_slurm
 from .ui.config_panel import SETTINGS, ConfigPanel
 from .utils.enums import MIXED_PRECISION_CHOICES
 from .utils.validation import invalid
@@ -39,7 +42,7 @@ CHOICES = {
 # On a cluster: the settings left at the value that says "not used", and the form's ones disabled.
 UNUSED_ON_A_CLUSTER = {name: unused for name, unused, _ in NOT_ON_A_CLUSTER}
 LOCAL_ONLY = tuple(name for name in UNUSED_ON_A_CLUSTER if name in SETTINGS)
-MOST_CLUSTER_RANKS = 4096  # the ranks the form offers on a Ray cluster
+MOST_CLUSTER_RANKS = 4096  # the ranks the form offers on a cluster
 
 
 def process_group_backend(device: str) -> str:
@@ -47,18 +50,16 @@ def process_group_backend(device: str) -> str:
     return backend_for(device).process_group_backend
 
 
-def cluster_fields(cluster: RayCluster | None) -> dict[str, Any] | None:
-    """What the form shows of a cluster: None (this machine), or its address, resources and
-    placement (its runtime_env and timeouts stay as the panel was given them)."""
+def cluster_fields(cluster: RayCluster | SlurmCluster | None) -> dict[str, Any] | None:
+    """What the form shows of a cluster: None (this machine); a Ray cluster's address, resources
+    and placement (its runtime_env and timeouts stay as the panel was given them); a Slurm job's
+    partition, nodes, tasks per node and time (its other settings stay as given)."""
     if cluster is None:
         return None
+    if isinstance(cluster, SlurmCluster):
+        return {name: getattr(cluster, name) for name in SLURM_FIELDS}
     if not isinstance(cluster, RayCluster):
-        raise invalid(
-            "cluster",
-            cluster,
-            "the config panel offers this machine or a Ray cluster; launch on Slurm with "
-            "notebook_launcher(..., cluster=SlurmCluster(...)) or %%distributed --cluster slurm",
-        )
+        raise invalid("cluster", cluster, "expected None, a RayCluster or a SlurmCluster")
     return {
         "address": cluster.address,
         "resources_per_process": cluster.resources,
@@ -82,16 +83,20 @@ class LaunchPanel:
             for :func:`notebook_launcher` (a timeout of None shows as 0).
         max_processes: the most processes the form accepts on this machine; default what
             :func:`notebook_launcher` accepts there (one per GPU, else a few per usable core);
-            on a Ray cluster the form accepts up to 4096 ranks. A value beyond it, or under 1,
-            is refused in red beside the field, and Launch waits for a valid one.
+            on a cluster (Ray, Slurm) the form accepts up to 4096 ranks. A value beyond it, or
+            under 1, is refused in red beside the field, and Launch waits for a valid one.
         **options: any other :func:`notebook_launcher` keyword, passed to every launch;
             ``cluster="ray"`` or ``cluster=RayCluster(...)`` starts the form on a Ray cluster
-            (its ``runtime_env`` and timeouts kept for every cluster launch).
+            (its ``runtime_env`` and timeouts kept for every Ray launch); ``cluster="slurm"`` or
+            ``cluster=SlurmCluster(...)`` starts it on Slurm (its options other than the form's
+            kept for every Slurm launch).
 
-    The form's "where" chooses this machine or a Ray cluster: its address (empty: as
-    ``ray.init()`` chooses), CPUs and GPUs per rank, custom resources (``slot=1, pair=0.5``) and
-    placement. While a cluster is chosen, the settings that mean nothing there (the start method)
-    are disabled.
+    The form's "where" chooses this machine, a Ray cluster or Slurm. On a Ray cluster: its
+    address (empty: as ``ray.init()`` chooses), CPUs and GPUs per rank, custom resources
+    (``slot=1, pair=0.5``) and placement. On Slurm: the partition (empty: Slurm's default), nodes
+    and tasks per node (0: worked out from the processes) and the time limit (empty: the
+    partition's). While a cluster is chosen, the settings that mean nothing there (the start
+    method) are disabled.
 
     Once a run ends its live panels leave the widget, and a static copy of its final table and
     charts is shown under it (kept in the saved notebook).
@@ -177,12 +182,16 @@ class LaunchPanel:
     timeout = _of_view("timeout", "The timeout widget (0: none).")
     stall_timeout = _of_view("stall_timeout", "The stall timeout widget (0: none).")
     output = _of_view("output", "The output widget.")
-    where = _of_view("where", 'Where the run goes: "this machine" or "Ray cluster".')
+    where = _of_view("where", 'Where the run goes: "this machine", "Ray cluster" or "Slurm".')
     address = _of_view("address", "The Ray cluster's address (empty: as ray.init() chooses).")
     cpus = _of_view("cpus", "The CPUs each rank reserves on the Ray cluster.")
     gpus = _of_view("gpus", "The GPUs each rank reserves on the Ray cluster (0, 1 or a fraction).")
     custom_resources = _of_view("custom_resources", "Other resources per rank: 'slot=1, pair=0.5'.")
     placement = _of_view("placement", 'How the ranks are placed: "pack" or "spread".')
+    partition = _of_view("partition", "The Slurm partition (empty: Slurm's default).")
+    nodes = _of_view("nodes", "The Slurm job's nodes (0: from the processes).")
+    tasks_per_node = _of_view("tasks_per_node", "Ranks per Slurm node (0: from the processes).")
+    time_limit = _of_view("time_limit", "The Slurm job's time limit, '1:00:00' (empty: none).")
     plan = _of_view("plan", "The resolved plan (HTML), or why the settings are refused.")
     launch_button = _of_view("launch_button", "The Launch button.")
     stop_button = _of_view("stop_button", "The Stop button.")
@@ -203,8 +212,11 @@ class LaunchPanel:
         fields = values["cluster"]
         if fields is None:
             return self.base.replace(**values)
-        # The form's fields over the cluster the panel was given (its runtime_env and timeouts).
-        cluster = dataclasses.replace(self.base.cluster or RayCluster(), **fields)
+        # The form's fields over the cluster the panel was given, if of the kind chosen (a Ray
+        # cluster's runtime_env and timeouts, a Slurm job's other options), else its defaults.
+        kind = SlurmCluster if is_slurm(fields) else RayCluster
+        given = self.base.cluster if isinstance(self.base.cluster, kind) else kind()
+        cluster = dataclasses.replace(given, **fields)
         return self.base.replace(**values | UNUSED_ON_A_CLUSTER | {"cluster": cluster})
 
     def settings(self) -> LaunchSettings:

@@ -9,8 +9,10 @@ the check runs no code of the user's.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import importlib.util
+import json
 import pickletools
 import platform
 import sys
@@ -94,4 +96,30 @@ def describe_node(modules: tuple[str, ...] = ()) -> NodeEnvironment:
     return NodeEnvironment(python=platform.python_version(), versions=versions, missing=missing)
 
 
-__all__ = ["AGREED", "NodeEnvironment", "describe_node", "modules_imported", "version_of"]
+def to_json(environment: NodeEnvironment) -> bytes:
+    """``environment`` as JSON (what a rank started by a scheduler sends the kernel)."""
+    return json.dumps(dataclasses.asdict(environment)).encode()
+
+
+def from_json(data: bytes) -> NodeEnvironment:
+    """The inverse of :func:`to_json`; ValueError for anything else."""
+    try:
+        fields = json.loads(data)
+        return NodeEnvironment(
+            python=str(fields["python"]),
+            versions={str(k): v for k, v in dict(fields["versions"]).items()},
+            missing={str(k): str(v) for k, v in dict(fields["missing"]).items()},
+        )
+    except (TypeError, KeyError, AttributeError, json.JSONDecodeError) as error:
+        raise ValueError(f"not a node's environment: {error}") from None
+
+
+__all__ = [
+    "AGREED",
+    "NodeEnvironment",
+    "describe_node",
+    "from_json",
+    "modules_imported",
+    "to_json",
+    "version_of",
+]

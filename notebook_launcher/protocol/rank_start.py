@@ -18,13 +18,17 @@ TIME_WARNING_SIGNAL = "USR2"  # what Slurm sends the ranks then (sbatch --signal
 START = b"p"  # kernel -> rank, first message: what to run (see :func:`pack`)
 
 
-def pack(spec: Any, payload: Any, store: tuple[str, int], node: str) -> bytes:
+def pack(
+    spec: Any, payload: Any, store: tuple[str, int], node: str, modules: tuple[str, ...] = ()
+) -> bytes:
     """The start message: the rank's spec, the function's payload, the rendezvous store's
-    address and the node's label."""
-    return START + pickle.dumps((spec, payload, store, node), protocol=pickle.HIGHEST_PROTOCOL)
+    address, the node's label, and the modules loading the payload imports (the rank says
+    which its node lacks, and waits for the kernel's go, before loading it)."""
+    message = (spec, payload, store, node, tuple(modules))
+    return START + pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def unpack(message: bytes) -> tuple[Any, Any, tuple[str, int], str]:
+def unpack(message: bytes) -> tuple[Any, Any, tuple[str, int], str, tuple[str, ...]]:
     if not message.startswith(START):
         raise ValueError("the kernel's first message was not the start message")
     return pickle.loads(message[len(START) :])

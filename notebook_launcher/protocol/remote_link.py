@@ -34,6 +34,8 @@ SIGNAL = b"s"  # kernel -> rank: one byte, the signal number
 COMMAND = b"c"  # kernel -> rank: a session command (protocol.session.Command bytes)
 REPLY = b"p"  # kernel -> rank: the answer to the rank's prompt (a pickled InputReply)
 BEAT = b"b"  # rank -> kernel: nothing but "this rank's process and node still answer"
+NODE = b"n"  # rank -> kernel, first: its node's environment (JSON), before it loads the function
+GO = b"g"  # kernel -> rank: its node can run the launch: load the function
 BEAT_EVERY = 1.0  # seconds between a rank's heartbeats
 # A WorkerFinished payload that starts with this holds a reference into Ray's object store (the
 # value was too large for the socket), not the value's pickle.

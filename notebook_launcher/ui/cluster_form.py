@@ -1,10 +1,11 @@
-"""Where the config panel's launch runs: this machine, or a Ray cluster with its address, what each
-rank reserves and how the ranks are placed.
+"""Where the config panel's launch runs: this machine, a Ray cluster with its address, what each
+rank reserves and how the ranks are placed, or a Slurm job with its partition, nodes, tasks per
+node and time limit.
 
-The form yields plain values (None for this machine, else a dict of the cluster's ``address``,
-``resources_per_process`` and ``placement``); the panel above turns them into its cluster record,
-whose own checks speak for what the form cannot tell. What only the form knows is checked here:
-a blank address, the custom resources' text.
+The form yields plain values (None for this machine; for a Ray cluster a dict of its ``address``,
+``resources_per_process`` and ``placement``; for Slurm a dict of :data:`SLURM_FIELDS`); the panel
+above turns them into its cluster record, whose own checks speak for what the form cannot tell.
+What only the form knows is checked here: a blank address, the custom resources' text.
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ from ..utils.validation import invalid
 
 THIS_MACHINE = "this machine"
 RAY_CLUSTER = "Ray cluster"
-WHERE = (THIS_MACHINE, RAY_CLUSTER)
+SLURM = "Slurm"
+WHERE = (THIS_MACHINE, RAY_CLUSTER, SLURM)
+# The Slurm job's fields the form edits (the rest comes from the cluster the panel was given).
+SLURM_FIELDS = ("partition", "nodes", "tasks_per_node", "time")
+MOST_PER_FIELD = 100_000  # the most nodes, or tasks per node, the form takes
 CUSTOM = "custom resources"
 OWN_FIELDS = {"CPU": "CPUs per rank", "GPU": "GPUs per rank"}
 ADDRESSES = "'auto', 'host:port' or 'ray://host:port'"
@@ -86,18 +91,32 @@ def where_text(cluster: Any, ranks: int) -> str:
     return f"{RAY_CLUSTER} ({address}), {ranks} ranks × {cluster.describe()}"
 
 
+def is_slurm(fields: Mapping[str, Any] | None) -> bool:
+    """Whether the form's cluster value (or initial fields) is a Slurm job's."""
+    return fields is not None and "partition" in fields
+
+
+def _where(initial: Mapping[str, Any] | None) -> str:
+    if initial is None:
+        return THIS_MACHINE
+    return SLURM if is_slurm(initial) else RAY_CLUSTER
+
+
 class ClusterForm:
-    """The "where" choice and, while it is "Ray cluster", the cluster's fields.
+    """The "where" choice and the fields of the cluster chosen: a Ray cluster's, or a Slurm
+    job's.
 
     Args:
-        initial: None (this machine) or the cluster's ``address``, ``resources_per_process`` and
-            ``placement`` to start from.
+        initial: None (this machine), a Ray cluster's ``address``, ``resources_per_process`` and
+            ``placement``, or a Slurm job's :data:`SLURM_FIELDS` to start from.
         placements: the placements offered, the default first.
         label_style: the style of the fields' labels.
 
     Attributes:
-        widget: the form (a ``VBox``): ``where``, then the cluster's fields (``address``,
-            ``cpus``, ``gpus``, ``custom_resources``, ``placement``), hidden on this machine.
+        widget: the form (a ``VBox``): ``where``, then the Ray cluster's fields (``address``,
+            ``cpus``, ``gpus``, ``custom_resources``, ``placement``) or the Slurm job's
+            (``partition``, ``nodes``, ``tasks_per_node``, ``time_limit``; 0 or empty: as the
+            cluster given, or Slurm, decides), each shown only while chosen.
         controls: every widget whose value the form reads.
     """
 
@@ -109,12 +128,13 @@ class ClusterForm:
     ) -> None:
         import ipywidgets as widgets
 
-        given = dict(initial or {})
+        given = dict(initial or {}) if not is_slurm(initial) else {}
+        slurm = dict(initial or {}) if is_slurm(initial) else {}
         resources = dict(given.get("resources_per_process") or {"CPU": 1.0})
         style = dict(label_style)
         self.where = widgets.Dropdown(
             options=list(WHERE),
-            value=THIS_MACHINE if initial is None else RAY_CLUSTER,
+            value=_where(initial),
             description="where",
             style=style,
         )
@@ -145,17 +165,42 @@ class ClusterForm:
         self.fields = widgets.VBox(
             [self.address, self.cpus, self.gpus, self.custom_resources, self.placement]
         )
-        self.controls = (self.where, *self.fields.children)
-        self.widget = widgets.VBox([self.where, self.fields])
+        # 0 or empty: as the SlurmCluster given (or Slurm) decides.
+        count = {"min": 0, "max": MOST_PER_FIELD, "style": style}
+        self.partition = widgets.Text(
+            value=slurm.get("partition") or "",
+            placeholder="empty: Slurm's default",
+            description="partition",
+            style=style,
+        )
+        self.nodes = widgets.BoundedIntText(
+            value=slurm.get("nodes") or 0, description="nodes (0: any)", **count
+        )
+        self.tasks_per_node = widgets.BoundedIntText(
+            value=slurm.get("tasks_per_node") or 0, description="tasks per node (0: any)", **count
+        )
+        self.time_limit = widgets.Text(
+            value=slurm.get("time") or "",
+            placeholder="e.g. 1:00:00; empty: the partition's",
+            description="time limit",
+            style=style,
+        )
+        self.slurm_fields = widgets.VBox(
+            [self.partition, self.nodes, self.tasks_per_node, self.time_limit]
+        )
+        self.controls = (self.where, *self.fields.children, *self.slurm_fields.children)
+        self.widget = widgets.VBox([self.where, self.fields, self.slurm_fields])
         self.where.observe(lambda change: self._show_fields(), names="value")
         self._show_fields()
 
     @property
     def on_cluster(self) -> bool:
-        return self.where.value == RAY_CLUSTER
+        """Whether the run goes to a cluster (Ray or Slurm), not this machine."""
+        return self.where.value != THIS_MACHINE
 
     def _show_fields(self) -> None:
-        self.fields.layout.display = None if self.on_cluster else "none"
+        self.fields.layout.display = None if self.where.value == RAY_CLUSTER else "none"
+        self.slurm_fields.layout.display = None if self.where.value == SLURM else "none"
 
     def observe(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` whenever a value of the form changes."""
@@ -163,10 +208,18 @@ class ClusterForm:
             control.observe(lambda change: callback(), names="value")
 
     def value(self) -> dict[str, Any] | None:
-        """None on this machine, else the cluster's ``address``, ``resources_per_process`` and
-        ``placement``; raises ValueError naming the field whose text is refused."""
+        """None on this machine; on a Ray cluster its ``address``, ``resources_per_process`` and
+        ``placement``; on Slurm the job's :data:`SLURM_FIELDS` (None where left at 0 or empty);
+        raises ValueError naming the field whose text is refused."""
         if not self.on_cluster:
             return None
+        if self.where.value == SLURM:
+            return {
+                "partition": self.partition.value.strip() or None,
+                "nodes": self.nodes.value or None,
+                "tasks_per_node": self.tasks_per_node.value or None,
+                "time": self.time_limit.value.strip() or None,
+            }
         return {
             "address": cluster_address(self.address.value),
             "resources_per_process": self.resources(),

@@ -4,7 +4,7 @@ live panels of the run under them.
 It knows nothing of the launcher. The choices, the initial values and the most processes come in
 as plain data; planning the settings and starting a run come in as callables, each taking the
 form's values as a plain dict (:data:`SETTINGS`, a timeout of 0 read as None, ``cluster`` None for
-this machine or the Ray cluster's fields, :mod:`.cluster_form`). The
+this machine or the Ray cluster's or Slurm job's fields, :mod:`.cluster_form`). The
 :class:`~notebook_launcher.LaunchPanel` passes them: the launcher's records and checks stay on its
 side, and ``ui`` never imports ``launch``. Nothing here imports ipywidgets until the form is built.
 """
@@ -32,6 +32,19 @@ SETTINGS = (
     "stall_timeout",
     "output",
     "cluster",
+)
+# The cluster form's widgets, the panel's attributes too.
+FORM_FIELDS = (
+    "where",
+    "address",
+    "cpus",
+    "gpus",
+    "custom_resources",
+    "placement",
+    "partition",
+    "nodes",
+    "tasks_per_node",
+    "time_limit",
 )
 CHOSEN = ("mixed_precision", "start_method", "output", "placement")  # picked from a list
 LABEL_STYLE = {"description_width": "130px"}
@@ -127,13 +140,14 @@ class ConfigPanel:
     Args:
         name: the function's name, shown in the title.
         values: the initial value of each of :data:`SETTINGS` (a timeout of None shows as 0;
-            ``cluster``: None for this machine, or the Ray cluster's ``address``,
-            ``resources_per_process`` and ``placement``).
+            ``cluster``: None for this machine, the Ray cluster's ``address``,
+            ``resources_per_process`` and ``placement``, or the Slurm job's fields,
+            :data:`~.cluster_form.SLURM_FIELDS`).
         choices: the options of each setting picked from a list (:data:`CHOSEN`).
         max_processes: the most processes the form accepts on this machine.
         max_processes_why: where that bound comes from, in parentheses after it in the message
             of a value over it (e.g. ``" (4 per usable core)"``).
-        cluster_max_processes: the most it accepts on a Ray cluster (default: ``max_processes``).
+        cluster_max_processes: the most it accepts on a cluster (default: ``max_processes``).
         local_only: the settings that mean nothing on a cluster: disabled while it is chosen.
         plan: the form's values -> the resolved plan (for :func:`plan_html`); raises TypeError or
             ValueError, shown in place of the plan, for values it refuses.
@@ -151,8 +165,9 @@ class ConfigPanel:
     Attributes:
         widget: the panel (a ``VBox``): the title, the settings' widgets (``where`` and, on a Ray
             cluster, its fields: ``address``, ``cpus``, ``gpus``, ``custom_resources``,
-            ``placement``) beside ``plan`` (``num_processes`` with ``processes_note`` beside it),
-            then
+            ``placement``; on Slurm, ``partition``, ``nodes``, ``tasks_per_node``,
+            ``time_limit``) beside ``plan`` (``num_processes`` with ``processes_note`` beside
+            it), then
             ``launch_button``, ``stop_button`` and ``message``, then ``runs``.
         handle: the latest run's handle, or None.
         display_id: of the output under the panel that keeps a run (None until shown).
@@ -195,7 +210,7 @@ class ConfigPanel:
         self.stall_timeout = self._seconds(values, "stall_timeout", "stall (s, 0: none)")
         self.output = self._chosen(values, choices, "output", "output")
         self.where_form = ClusterForm(values.get("cluster"), choices["placement"], LABEL_STYLE)
-        for name in ("where", "address", "cpus", "gpus", "custom_resources", "placement"):
+        for name in FORM_FIELDS:
             setattr(self, name, getattr(self.where_form, name))
         self.plan = widgets.HTML()
         self.launch_button = widgets.Button(description="Launch", button_style="success")

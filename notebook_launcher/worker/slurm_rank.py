@@ -9,9 +9,12 @@ import signal
 import sys
 
 from ..protocol import rank_start, remote_link
+from ..protocol.node_environment import describe_node, to_json
 from .remote_rank import run_worker
 
 NOT_STARTED = 2  # the exit code of a task that could not join the kernel
+NODE_LACKS = 3  # the exit code of a task whose node cannot run the launch
+GO_WITHIN = 120.0  # seconds a task waits for the kernel's go once it said what its node has
 
 
 def main() -> int:
@@ -30,7 +33,11 @@ def main() -> int:
         sock = remote_link.join_kernel((host.strip("[]"), int(port)), secret, attempt, rank)
         first = remote_link.framed(sock.dup())  # reads exactly one message, then lets go
         try:
-            spec, payload, store, node = rank_start.unpack(first.recv_bytes())
+            spec, payload, store, node, modules = rank_start.unpack(first.recv_bytes())
+            # What this node lacks is the kernel's to name: the function loads only on its go.
+            first.send_bytes(remote_link.NODE + to_json(describe_node(modules)))
+            if not first.poll(GO_WITHIN) or first.recv_bytes() != remote_link.GO:
+                return NODE_LACKS  # the kernel names what this node lacks, and ends the step
         finally:
             first.close()
     except (OSError, EOFError, ValueError) as error:

@@ -9,12 +9,11 @@ search, and (for notebook_launcher itself) a node environment whose Python finds
 
 from __future__ import annotations
 
-import importlib
 import sys
-import textwrap
 
 import cloudpickle
 import pytest
+from helpers.kernelonly import kernel_only_package
 from helpers.raycluster import SLOTS, START
 
 from notebook_launcher import ClusterError, RayCluster, notebook_launcher
@@ -22,25 +21,14 @@ from notebook_launcher import ClusterError, RayCluster, notebook_launcher
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-def _package(folder, name: str, body: str) -> object:
-    """A package ``name`` in ``folder``, imported by this kernel only (the nodes' Python does
-    not search ``folder``: Ray gives workers the driver's path as it was at ``ray.init``)."""
-    package = folder / name
-    package.mkdir()
-    (package / "__init__.py").write_text(textwrap.dedent(body))
-    sys.path.insert(0, str(folder))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(folder))
-
-
 def _launch(function, cluster: RayCluster):
     return notebook_launcher(function, num_processes=4, cluster=cluster, ui="none").values
 
 
 def test_a_module_only_the_kernel_has_names_each_node_and_how_to_ship_it(tmp_path, capsys):
-    helpers = _package(tmp_path, "kernel_only_helpers", "def answer(rank):\n    return rank + 41\n")
+    helpers = kernel_only_package(
+        tmp_path, "kernel_only_helpers", "def answer(rank):\n    return rank + 41\n"
+    )
     answer = helpers.answer
 
     def uses_it():

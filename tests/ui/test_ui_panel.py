@@ -240,7 +240,7 @@ def fake_view(cluster=None):
 
 def test_the_view_offers_a_ray_cluster_and_switching_back_restores_this_machine(comms):
     view = fake_view()
-    assert view.where.options == ("this machine", "Ray cluster")
+    assert view.where.options == ("this machine", "Ray cluster", "Slurm")
     assert view.values()["cluster"] is None and "<td>this machine</td>" in view.plan.value
     assert view.where_form.fields.layout.display == "none"  # the cluster's fields hidden
     view.where.value = "Ray cluster"

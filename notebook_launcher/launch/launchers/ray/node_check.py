@@ -75,21 +75,15 @@ def torch_differs(found: Iterable[tuple[str, NodeEnvironment]]) -> str | None:
 
 def report(problems: list[NodeProblem], torch_note: str | None, modules: tuple[str, ...]) -> str:
     """The error's text: each node with its ranks and what it lacks, then how to ship it."""
-    lines = ["The cluster's nodes cannot run this launch:"]
-    for problem in problems:
-        ranks = ", ".join(map(str, problem.ranks))
-        plural = "s" if len(problem.ranks) > 1 else ""
-        lines.append(f"  {problem.node} (rank{plural} {ranks}): " + "; ".join(problem.lacks))
-    if torch_note:
-        lines.append(f"  {torch_note}")
+    lines = problem_lines(problems, torch_note)
     lacking = " ".join(" ".join(p.lacks) for p in problems)
-    missing = [m for m in modules if f"module {m!r}" in lacking]
-    own = [_shipped_path(m) for m in missing if _own(m)]
-    installed = [_requirement(m) for m in missing if not _own(m)]
+    own, installed = missing_modules(problems, modules)
+    own = [_shipped_path(m) for m in own]
+    installed = [requirement(m) for m in installed]
     lines.append("To fix it:")
     if PACKAGE in lacking:
         lines.append(
-            f"  install {_requirement(PACKAGE)} on every node, or ship this kernel's copy with "
+            f"  install {requirement(PACKAGE)} on every node, or ship this kernel's copy with "
             f"the launch: RayCluster(runtime_env={{'py_modules': [{_shipped_path(PACKAGE)!r}]}})"
         )
     if own:
@@ -113,7 +107,32 @@ def report(problems: list[NodeProblem], torch_note: str | None, modules: tuple[s
     return "\n".join(lines)
 
 
-def _requirement(name: str) -> str:
+def problem_lines(
+    problems: list[NodeProblem],
+    torch_note: str | None,
+    title: str = "The cluster's nodes cannot run this launch:",
+) -> list[str]:
+    """The opening of the error's text: each node with its ranks and what it lacks."""
+    lines = [title]
+    for problem in problems:
+        ranks = ", ".join(map(str, problem.ranks))
+        plural = "s" if len(problem.ranks) > 1 else ""
+        lines.append(f"  {problem.node} (rank{plural} {ranks}): " + "; ".join(problem.lacks))
+    if torch_note:
+        lines.append(f"  {torch_note}")
+    return lines
+
+
+def missing_modules(
+    problems: list[NodeProblem], modules: tuple[str, ...]
+) -> tuple[list[str], list[str]]:
+    """The modules of ``modules`` some node lacks: the user's own ones, and installed ones."""
+    lacking = " ".join(" ".join(p.lacks) for p in problems)
+    missing = [m for m in modules if f"module {m!r}" in lacking]
+    return [m for m in missing if _own(m)], [m for m in missing if not _own(m)]
+
+
+def requirement(name: str) -> str:
     """'name==version' as this kernel has it (the bare name if it has no version)."""
     version = version_of(name)
     return f"{name}=={version}" if version else name

@@ -62,6 +62,10 @@ class RemoteAttempt(ABC):
         if done:
             self.release()
 
+    def node_heard(self, handle, body: bytes) -> None:
+        """What ``handle``'s rank said its node has, before it loads the function (a rank
+        started by a scheduler says it; a Ray actor answers its own check instead)."""
+
     def release(self) -> None:
         """Release what the attempt holds on the cluster, once, whoever asks first."""
         with self._lock:

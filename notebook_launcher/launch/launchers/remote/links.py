@@ -363,6 +363,8 @@ class Relay:
                 events_w.send_bytes(body)
             elif tag in (remote_link.STDOUT, remote_link.STDERR):
                 _write_all(out_w if tag == remote_link.STDOUT else err_w, body)
+            elif tag == remote_link.NODE:  # before it loads the function: what its node has
+                handle.attempt.node_heard(handle, body)
         except OSError:  # the group released this rank: nothing reads any more
             pass
 

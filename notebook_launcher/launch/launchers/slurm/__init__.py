@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ....protocol import rank_start, remote_link
+from ....protocol.node_environment import modules_imported
 from ....protocol.spec import WorkerSpec
 from ....utils.listening import bind_listener, serve_store
 from ...errors import ClusterError
@@ -35,6 +36,7 @@ from ..remote.launcher import RemoteAttempt, RemoteLauncher, on_its_node
 from ..remote.links import Commands, Relay, RemoteHandle, close_writers, new_handle
 from . import endings
 from .allocation import Allocation, check_request, interruptible
+from .node_check import NodeCheck
 from .settings import SlurmCluster
 
 logger = logging.getLogger(__name__)
@@ -44,6 +46,7 @@ STEP_END = 10.0  # seconds srun gets to end its step once told to
 RANK_ENTRY = "notebook_launcher.worker.slurm_rank"
 TAIL = 20  # lines of a task's output kept from before it connected
 SLURM_SETTLE = 5.0  # seconds a rank stopped from outside waits for srun to say why
+CHECK_WAIT = 2.0  # seconds the other tasks get to answer once a node lacks something
 
 __all__ = ["SlurmCluster", "SlurmLauncher"]
 
@@ -110,6 +113,7 @@ class StepAttempt(RemoteAttempt):
         self.store: Any = None
         self.srun: subprocess.Popen | None = None
         self.ending: str | None = None  # Slurm's own reason the step ends, once srun said it
+        self.check: NodeCheck | None = None  # what the tasks say their nodes have
         self._tails: dict[int, collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=TAIL)
         )
@@ -139,12 +143,15 @@ class StepAttempt(RemoteAttempt):
             address = settings.address()
             self.store = serve_store(bind_listener(address, 0), address)
             store = (address, self.store.port)
+            modules = modules_imported(payload) if isinstance(payload, bytes) else ()
+            self.check = NodeCheck(modules, len(specs))
             for handle, spec in zip(self.handles, specs, strict=True):
                 handle.start_message = rank_start.pack(
                     on_its_node(spec, handle.local_rank, per_node, handle.node_rank, nodes),
                     payload,
                     store,
                     handle.node,
+                    modules,
                 )
                 if spec.session:  # commands travel over the rank's socket
                     handle.commands = Commands(handle)
@@ -219,7 +226,10 @@ class StepAttempt(RemoteAttempt):
     def _await_ranks(self) -> None:
         """Until every rank connected, or a task ended before it could, within the timeout."""
         deadline = time.monotonic() + self.settings.timeout
-        while not self.relay.wait_joined(0.05):
+        while not (self.relay.wait_joined(0.05) and self.check.all_heard()):
+            if self.check.lacking():
+                self._name_what_nodes_lack()
+            self.check.wait(0.05 if self.relay.joined() else 0)
             ended = [h for h in self.handles if h.process.known and h.link is None]
             if ended:
                 handle = ended[0]
@@ -232,6 +242,13 @@ class StepAttempt(RemoteAttempt):
                 return  # a rank that joined already ended: the supervisor reports it
             if time.monotonic() >= deadline:
                 missing = [h.rank for h in self.handles if h.link is None]
+                if not missing:  # every rank connected; some never said what its node has
+                    silent = self.check.silent()
+                    raise ClusterError(
+                        f"rank {', '.join(map(str, silent))} connected to this kernel but did "
+                        f"not say what its node has within {self.settings.timeout:g} s: does "
+                        "its node run the same notebook_launcher as this kernel?"
+                    )
                 raise ClusterError(
                     f"rank {', '.join(map(str, missing))} did not connect to this kernel within "
                     f"{self.settings.timeout:g} s (listening on {host_port(self.relay.address)}): "
@@ -239,6 +256,22 @@ class StepAttempt(RemoteAttempt):
                     "kernel_address=...) sets it, timeout=... waits longer)"
                     f"{self._said(missing[0])}"
                 )
+
+    def node_heard(self, handle: RemoteHandle, body: bytes) -> None:
+        """A task said what its node has: it gets its go if the node can run the launch."""
+        if self.check.heard(handle.rank, handle.node, body):
+            try:
+                handle.link_send(remote_link.GO, b"")
+            except BrokenPipeError:  # the task is gone already: its end says why
+                pass
+
+    def _name_what_nodes_lack(self) -> None:
+        """Raise the :class:`ClusterError` naming each node that lacks something, once every
+        task answered or ended (within :data:`CHECK_WAIT`), so that each such node is named."""
+        end = time.monotonic() + CHECK_WAIT
+        while not self.check.all_heard() and time.monotonic() < end:
+            self.check.wait(0.05)
+        raise ClusterError(self.check.report())
 
     def _said(self, rank: int) -> str:
         lines = list(self._tails.get(rank, ())) + list(self._tails.get(-1, ()))
