@@ -38,10 +38,16 @@ def test_the_panel_offers_slurm_and_launches_with_its_record(comms):
     panel.tasks_per_node.value = 2
     panel.partition.value = ""
     assert panel.settings().cluster == SlurmCluster(nodes=2, tasks_per_node=2, time="0:10:00")
+    # Back on this machine: the 4 ranks are kept as typed and refused beside the field (the
+    # machine's bound is 2 here), not turned into 2; Launch waits for a valid number.
     panel.where.value = "this machine"
+    assert not panel.start_method.disabled and panel.num_processes.value == 4
+    assert "num_processes=4 is not valid" in panel.view.processes_note.value
+    assert panel.launch_button.disabled
+    panel.num_processes.value = 2
     settings = panel.settings()
     assert settings.cluster is None and settings.start_method == "spawn"
-    assert settings.num_processes == 2 and not panel.start_method.disabled
+    assert settings.num_processes == 2 and not panel.launch_button.disabled
 
 
 def test_a_panel_given_a_slurm_cluster_starts_on_it_and_keeps_its_other_options(comms):
