@@ -241,8 +241,8 @@ def test_bad_input_is_refused_before_anything_starts():
     def nothing():
         return None
 
-    with pytest.raises(ValueError, match="cluster='slurm'"):
-        notebook_launcher(nothing, num_processes=2, cluster="slurm")
+    with pytest.raises(ValueError, match="cluster='k8s'"):
+        notebook_launcher(nothing, num_processes=2, cluster="k8s")
     with pytest.raises(TypeError, match="resources_per_process.*must be a number"):
         RayCluster(resources_per_process={"CPU": "1"})
     with pytest.raises(ValueError, match="start_method='spawn'.*cluster"):
