@@ -101,7 +101,10 @@ def test_an_error_on_one_rank_raises_its_type_naming_the_rank_and_keeps_every_na
     session.exec("kept = [rank] * 3")
     with pytest.raises(ValueError, match="bad batch on rank 1") as info:
         session.exec(
-            "if rank == 1:\n    raise ValueError('bad batch on rank 1')\nelse:\n    dist.barrier()\n",
+            # Rank 1 raises once rank 0 had a second to reach the barrier (the test is about a
+            # rank waiting in a collective; a rank stopped before it needs no new group).
+            "if rank == 1:\n    __import__('time').sleep(1.0)\n"
+            "    raise ValueError('bad batch on rank 1')\nelse:\n    dist.barrier()\n",
             filename="<my cell>",
         )
     notes = "\n".join(getattr(info.value, "__notes__", []))
