@@ -135,9 +135,7 @@ class ClusterAttempt(RemoteAttempt):
             )
             self._watcher.start()
             self._await_ranks()
-            started = time.monotonic()
-            for handle in self.handles:  # supervised from now: the start is no quiet time
-                handle.last_alive = started
+            self.supervised_from_now()
         except BaseException:
             self.release()
             raise

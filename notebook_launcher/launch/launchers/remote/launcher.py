@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from abc import ABC, abstractmethod
 
 from ....protocol.spec import WorkerSpec
@@ -65,6 +66,12 @@ class RemoteAttempt(ABC):
     def node_heard(self, handle, body: bytes) -> None:
         """What ``handle``'s rank said its node has, before it loads the function (a rank
         started by a scheduler says it; a Ray actor answers its own check instead)."""
+
+    def supervised_from_now(self) -> None:
+        """Every rank has joined: its quiet time counts from now, not from the start."""
+        started = time.monotonic()
+        for handle in self.handles:
+            handle.last_alive = started
 
     def release(self) -> None:
         """Release what the attempt holds on the cluster, once, whoever asks first."""

@@ -161,9 +161,7 @@ class StepAttempt(RemoteAttempt):
             self._start_step(nodes, per_node, secret, restart)
             with interruptible():  # a kernel interrupt ends the wait (and the job) at once
                 self._await_ranks()
-            started = time.monotonic()
-            for handle in self.handles:  # supervised from now: the start is no quiet time
-                handle.last_alive = started
+            self.supervised_from_now()
         except BaseException:
             self.release()
             raise
