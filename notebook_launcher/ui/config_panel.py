@@ -359,6 +359,12 @@ class ConfigPanel:
         return self.handle.stop(timeout)
 
     def _ended(self, handle: RunHandle) -> None:
+        if self._keep(handle.view.final_panel()._repr_mimebundle_()):
+            self.runs.children = ()
+            handle.view.close()
+        self.launch_button.disabled = bool(self.processes_refused())
+        self.stop_button.disabled = True
+        # The message comes last: once it says how the run ended, the panel is ready again.
         if handle.status == "finished":
             shown = html.escape(short_repr(handle.result.values))
             self.message.value = (
@@ -372,11 +378,6 @@ class ConfigPanel:
             )
         else:
             self.message.value = error_html(handle.exception)
-        if self._keep(handle.view.final_panel()._repr_mimebundle_()):
-            self.runs.children = ()
-            handle.view.close()
-        self.launch_button.disabled = bool(self.processes_refused())
-        self.stop_button.disabled = True
 
     def _keep(self, bundle: dict[str, Any]) -> bool:
         """Show ``bundle`` in the output under the panel; False where the panel is not shown."""
