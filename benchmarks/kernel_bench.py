@@ -97,8 +97,20 @@ class Kernel:
     def run(self, code: str, timeout: float = CELL_TIMEOUT, streams: list | None = None) -> str:
         """Run ``code``; what it printed on stdout. ``streams`` gets every stream message's
         (name, text) in order."""
-        msg_id = self.kc.execute(code)
-        out, deadline = [], time.monotonic() + timeout
+        out = []
+        for kind, content in self.replies(self.kc.execute(code), timeout, code):
+            if kind == "stream" and streams is not None:
+                streams.append((content["name"], content["text"]))
+            if kind == "stream" and content["name"] == "stdout":
+                out.append(content["text"])
+            elif kind == "error":
+                raise RuntimeError("\n".join(content["traceback"]))
+        return "".join(out)
+
+    def replies(self, msg_id: str, timeout: float, code: str = ""):
+        """The (type, content) of each IOPub message of request ``msg_id``, until the kernel
+        is idle again (that status message included); TimeoutError after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -109,15 +121,9 @@ class Kernel:
                 continue
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
-            kind, content = msg["msg_type"], msg["content"]
-            if kind == "stream" and streams is not None:
-                streams.append((content["name"], content["text"]))
-            if kind == "stream" and content["name"] == "stdout":
-                out.append(content["text"])
-            elif kind == "error":
-                raise RuntimeError("\n".join(content["traceback"]))
-            elif kind == "status" and content["execution_state"] == "idle":
-                return "".join(out)
+            yield msg["msg_type"], msg["content"]
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                return
 
     def close(self) -> None:
         """Shut the kernel down with every process it started (a hung launch leaves workers)."""

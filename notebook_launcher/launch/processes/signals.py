@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 
@@ -31,16 +32,37 @@ def interrupts_deferred():
 
 
 class InterruptFlag:
-    """Set by SIGINT while :func:`interrupts_noted` is active (read with :meth:`is_set`)."""
+    """Set by SIGINT while :func:`interrupts_noted` is active (read with :meth:`is_set`).
 
-    def __init__(self) -> None:
+    ``wake_fd``, where there is one, becomes readable when the flag is set, so that a loop
+    waiting on descriptors wakes at once instead of at the end of its wait (a signal whose
+    handler does not raise lets ``poll`` go on waiting)."""
+
+    def __init__(self, wake: bool = False) -> None:
         self._set = False
+        self._pipe = os.pipe() if wake else None
+        if self._pipe is not None:
+            for fd in self._pipe:
+                os.set_blocking(fd, False)
+
+    @property
+    def wake_fd(self) -> int | None:
+        return None if self._pipe is None else self._pipe[0]
 
     def set(self, *_: object) -> None:
         self._set = True
+        if self._pipe is not None:
+            with contextlib.suppress(OSError):  # full: it is readable already
+                os.write(self._pipe[1], b"\0")
 
     def is_set(self) -> bool:
         return self._set
+
+    def close(self) -> None:
+        if self._pipe is not None:
+            for fd in self._pipe:
+                os.close(fd)
+            self._pipe = None
 
 
 @contextlib.contextmanager
@@ -48,16 +70,16 @@ def interrupts_noted():
     """Turn a Ctrl-C/kernel interrupt into a flag for the duration, so that it is acted on at a
     safe point (never in the middle of reading a pipe whose stream must stay whole), and put the
     previous handler back. Outside the main thread the flag is never set."""
-    flag = InterruptFlag()
-    if threading.current_thread() is not threading.main_thread():
-        yield flag
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.getsignal(signal.SIGINT)  # None: installed from C, left alone
+    if previous is None:
+        yield InterruptFlag()
         return
-    previous = signal.getsignal(signal.SIGINT)
-    if previous is None:  # installed from C: leave it alone
-        yield flag
-        return
+    flag = InterruptFlag(wake=True)
     signal.signal(signal.SIGINT, flag.set)
     try:
         yield flag
     finally:
         signal.signal(signal.SIGINT, previous)
+        flag.close()

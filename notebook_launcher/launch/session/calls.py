@@ -33,6 +33,10 @@ from ..supervision.watchdogs import Verdict
 from .errors import RESTART_HINT, call_failed, outcome_text, with_outcome
 
 SETTLE = 0.3  # seconds the other ranks get to end a failed call before the group is re-formed
+# Once some ranks ended the call, a rank that has not ended this long after the last of them (and
+# after its interrupt) is held in native code, most often a collective the ended ranks left: it
+# can only end once the group is formed again, so the rest of SETTLE is not waited for.
+HELD = 0.1
 REFORM_LIMIT = 150.0  # seconds every rank has to join the re-formed group
 
 
@@ -69,6 +73,7 @@ class CallSupervisor(Supervisor):
         self.ended: dict[int, RankIdle] = {}
         self.busy: set[int] = set()  # ranks that took the call (SIGINT reaches it from then)
         self._signalled: set[int] = set()  # ranks sent SIGINT for this call
+        self._quiet_since: float | None = None  # the last interrupt sent or end seen, in settle
         self.joined: dict[int, RankIdle] = {}  # answers to the re-form command
         self.reformed = False
         self.broken: str | None = None
@@ -81,6 +86,8 @@ class CallSupervisor(Supervisor):
                 self.joined[event.rank] = event
             else:
                 self.ended[event.rank] = event
+                if self._quiet_since is not None:
+                    self._quiet_since = self.clock()
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -88,7 +95,12 @@ class CallSupervisor(Supervisor):
         """Supervise until every rank ended the call (their results, in rank order) or raise
         what went wrong, the call having been stopped on every rank."""
         with interrupts_noted() as interrupted:  # acted on between reads, never inside one
-            return self._run_call(deadline, interrupted)
+            wake = [] if interrupted.wake_fd is None else [interrupted.wake_fd]
+            self.group.wake_fds = wake  # an interrupt ends the wait for the workers at once
+            try:
+                return self._run_call(deadline, interrupted)
+            finally:
+                self.group.wake_fds = []
 
     def _run_call(
         self, deadline: float | None, interrupted: InterruptFlag
@@ -153,7 +165,8 @@ class CallSupervisor(Supervisor):
         for handle in self.handles:
             if handle.rank not in self.ended and handle.status.active:
                 group.apply(handle, WorkerStopped(handle.rank, reason, requested, blamed))
-        self._await(self._all_stopped, SETTLE)
+        self._quiet_since = self.clock()
+        self._await(self._stopped_or_held, SETTLE)
         if self._exited():
             return
         positions = {idle.position for idle in self.ended.values()}
@@ -172,7 +185,15 @@ class CallSupervisor(Supervisor):
             if rank in self.busy and rank not in self.ended and rank not in self._signalled:
                 self._signalled.add(rank)
                 handle.send_signal(signal.SIGINT)  # the call raises KeyboardInterrupt there
+                if self._quiet_since is not None:
+                    self._quiet_since = self.clock()
         return len(self.ended) == len(self.handles)
+
+    def _stopped_or_held(self) -> bool:
+        """Whether every rank ended the call, or those left are held (see ``HELD``)."""
+        if self._all_stopped():
+            return True
+        return bool(self.ended) and self.clock() - self._quiet_since >= HELD
 
     def _broke(self) -> bool:
         """Whether a rank failed with a communication error (its connections are gone)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -78,6 +79,7 @@ class WorkerGroup:
         self._unreaped: set[WorkerHandle] = set()
         self._signalled: set[WorkerHandle] = set()  # sent the catchable stop signal
         self._poller = Poller()
+        self.wake_fds: list[int] = []  # also waited on: readable when the wait should end
         # Sinks that hold lines write them once the pump handled what it read (a sink that
         # writes each line at once has nothing to flush).
         self._flush_output = getattr(sink, "flush", _nothing)
@@ -110,6 +112,10 @@ class WorkerGroup:
                     self._exited(self._sentinels[obj])
             for handle in list(self._unreaped):
                 self._exited(handle)
+            for obj in ready:
+                if obj in self.wake_fds:
+                    with contextlib.suppress(OSError):
+                        os.read(obj, 64)
         finally:
             self._flush_output()
 
@@ -117,7 +123,7 @@ class WorkerGroup:
         """What :meth:`pump` waits on: the open pipes and the live processes' sentinels."""
         objs = list(self._by_conn)
         objs += [s for s, h in self._sentinels.items() if not h.exited]
-        return objs
+        return objs + self.wake_fds
 
     def _read(self, conn) -> None:
         handle = self._by_conn[conn]
