@@ -266,8 +266,8 @@ def _row(row: Row, now: float, show_memory: bool, show_node: bool = False) -> st
     step = number(state.step if state.step is not None else state.done)
     if many and row.low != row.high:
         step = f"{number(row.low)}–{number(row.high)}"
-    rates = [s.rate for s in row.ranks if s.rate is not None]
-    rate = sum(rates) / len(rates) if rates and state.state in ACTIVE else None
+    rates = sorted(s.rate for s in row.ranks if s.rate is not None)
+    rate = rates[len(rates) // 2] if rates and state.state in ACTIVE else None  # the median
     badge = f"{len(row.ranks)} {state.state}" if many else state.state
     cells = [
         row.label,

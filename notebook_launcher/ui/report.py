@@ -21,6 +21,7 @@ BOUNDED_OUTPUT = (
     "[data-mime-type='application/vnd.jupyter.stdout'],"
     "[data-mime-type='application/vnd.jupyter.stderr'])"
     f"{{max-height:{OUTPUT_HEIGHT};overflow-y:auto;display:flex;flex-direction:column-reverse}}"
+    ":is(.jp-Cell:has(.nl-live),.jp-Cell:has(.nl-panel)) .jp-RenderedText > pre{flex-shrink:0}"
     "</style>"
 )
 
