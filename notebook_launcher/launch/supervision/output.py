@@ -30,6 +30,7 @@ RED, PLAIN = "\x1b[31m", "\x1b[0m"
 # A tqdm bar's line in its standard formats, with and without a total: what it shows, then its
 # timings in brackets ("epoch 1: 100%|██████████| 30/30 [00:01<00:00, 29.8it/s]"). The timings
 # differ from rank to rank; without them the ranks' alike bars are shown once.
+TQDM_CHARS = 1000  # longer lines are not a bar's
 TQDM_LINE = re.compile(
     r"^(?P<bar>.*?\d+%\|[^|]*\| *[\d.]+[kMGT]?/[\d.]+[kMGT]?"
     r"|(?:.*?: )?[\d.]+[kMGT]?(?:it|B|[a-zA-Z]+)?) \[\d+:\d\d(?::\d\d)?[<,][^\]]*\]$"
@@ -192,7 +193,7 @@ class OutputSink:
 
 def without_timings(text: str) -> str:
     """A tqdm bar's line less its timings (any other line as it is)."""
-    if "[" not in text:
+    if not text.endswith("]") or len(text) > TQDM_CHARS:
         return text
     match = TQDM_LINE.match(text)
     return text if match is None else match["bar"]
