@@ -151,20 +151,21 @@ def _title_html(model: RunModel, now: float) -> str:
     )
 
 
-def status_html(model: RunModel, now: float, every_rank: bool = False) -> str:
+def status_html(model: RunModel, now: float, every_rank: bool = False, heading: bool = True) -> str:
     """The whole rank table as one HTML fragment (one widget value).
 
     Above :data:`.folding.FOLD_ABOVE` ranks, alike rows are folded into one (see
     :func:`.folding.fold_rows`) unless ``every_rank``; a progress bar several ranks show is
-    summed up above the table (its slowest and fastest rank).
+    summed up above the table (its slowest and fastest rank). ``heading``: the headline and
+    the bars above the table (False: the table alone).
     """
     with model.lock:
         show_memory = any(state.memory is not None for state in model.ranks)
         show_node = any(state.node for state in model.ranks)
         folded = fold_rows(model.ranks, up_to=len(model.ranks) if every_rank else None)
         rows = [_row(row, now, show_memory, show_node) for row in folded]
-        bars = bars_html(bar_summaries(model.ranks))
-        title = _title_html(model, now)
+        bars = bars_html(bar_summaries(model.ranks)) if heading else ""
+        title = _title_html(model, now) if heading else ""
         outcome = model.outcome
     heads = ["rank", *(["node"] if show_node else []), "state", "progress", "step", "it/s"]
     heads.append("last seen")

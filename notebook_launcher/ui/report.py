@@ -63,7 +63,9 @@ class RunPanel:
             body = status_html(self.model, now, every_rank=every)
             body += metrics_html(self.model, static=True, every_rank=every)
             if not every and 'data-rows="' in body and len(self.model.ranks) > _rows(body):
-                body += every_rank_html(status_html(self.model, now, every_rank=True))
+                body += every_rank_html(
+                    status_html(self.model, now, every_rank=True, heading=False)
+                )
         if self.log:
             body += log_html(self.log)
         return f'<div class="nl-panel">{BOUNDED_OUTPUT}{body}</div>'

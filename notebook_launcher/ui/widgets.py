@@ -165,7 +165,7 @@ class WidgetView(View):
             self._next_every = now + EVERY_RANK_EVERY
             if self.model.version != self._every_drawn:
                 self._every_drawn = self.model.version
-                self.every.value = status_html(self.model, now, every_rank=True)
+                self.every.value = status_html(self.model, now, every_rank=True, heading=False)
         if now >= self._next_charts and self.model.metrics_version != self._charts_drawn:
             self._next_charts = now + CHARTS_EVERY
             self._charts_drawn = self.model.metrics_version
@@ -194,7 +194,7 @@ class WidgetView(View):
             self.status.value = status_html(self.model, now)
             self.charts.value = metrics_html(self.model)
             if self.every is not None:
-                self.every.value = status_html(self.model, now, every_rank=True)
+                self.every.value = status_html(self.model, now, every_rank=True, heading=False)
             self._draw_log()
             return
         bundle = self.final_panel()._repr_mimebundle_()

@@ -135,6 +135,7 @@ def test_the_final_copy_folds_too_and_keeps_every_rank_under_a_click(clock):
     table, every = page.split('<details class="nl-every-rank"')
 
     assert len(rows(table)) == 1 and len(rows(every)) == 64
+    assert table.count("nl-headline") == 1 and "nl-headline" not in every  # said once
     assert "<script" not in page
     assert '<details class="nl-every-rank"' not in RunPanel(running(clock, 8)).html()
     assert "<details" not in RunPanel(model, every_rank=True).html()
