@@ -181,6 +181,20 @@ def status_html(model: RunModel, now: float, every_rank: bool = False, heading: 
     )
 
 
+def bar_text(bar: BarSummary) -> str:
+    """'epoch 2: slowest rank 3 16/40 · fastest rank 0 31/40' or 'epoch 2: 40/40 on 4 ranks'."""
+    slow, fast = bar.slowest, bar.fastest
+    total = "" if bar.total is None else f"/{bar.total}"
+    if slow.done == fast.done:
+        counts = f"{slow.done}{total} on {bar.count} ranks"
+    else:
+        counts = (
+            f"slowest rank {slow.rank} {slow.done}{total} · fastest rank {fast.rank} "
+            f"{fast.done}{total}"
+        )
+    return f"{bar.desc}: {counts}" if bar.desc else counts
+
+
 def bars_html(bars: list[BarSummary]) -> str:
     """A bar per loop several ranks run: filled dark up to the slowest rank, light up to the
     fastest, with both ranks' counts."""
@@ -191,14 +205,7 @@ def bars_html(bars: list[BarSummary]) -> str:
     for bar in shown:
         slow, fast = bar.slowest, bar.fastest
         low, high = fraction(slow), fraction(fast)
-        total = "" if bar.total is None else f"/{bar.total}"
-        if slow.done == fast.done:
-            counts = f"{slow.done}{total} on {bar.count} ranks"
-        else:
-            counts = (
-                f"slowest rank {slow.rank} {slow.done}{total} · fastest rank {fast.rank} "
-                f"{fast.done}{total}"
-            )
+        counts = bar_text(bar).removeprefix(f"{bar.desc}: ")
         percent = f"{low * 100:.0f}% " if low is not None else ""
         track = ""
         if low is not None and high is not None:
@@ -347,6 +354,7 @@ def status_text(model: RunModel, now: float) -> str:
     folded into one line above :data:`.folding.FOLD_ABOVE` ranks)."""
     with model.lock:
         lines = [f"notebook_launcher: {headline(model, now)}"]
+        lines += [f"  {bar_text(bar)}" for bar in bar_summaries(model.ranks) if bar.count > 1]
         for row in fold_rows(model.ranks):
             line = _text_row(row.first)
             if len(row.ranks) > 1:
