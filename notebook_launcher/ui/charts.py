@@ -96,11 +96,8 @@ def chart_svg(series: MetricSeries, rank_lines: int, standalone: bool = False) -
     """
     limit = STATIC_DRAWN if standalone else MAX_DRAWN
     per_rank = {rank: thin(s.points(), limit) for rank, s in sorted(series.per_rank.items())}
-    draw_ranks = len(per_rank) <= rank_lines
-    if not draw_ranks:  # the band and the mean are drawn from the ranks' range
-        drawn_ranks: dict = {}
-    else:
-        drawn_ranks = per_rank
+    draw_ranks = len(per_rank) <= rank_lines  # else the mean and the band only
+    drawn_ranks = per_rank if draw_ranks else {}
     mean, low, high = (
         thin(series.mean.points(), limit),
         thin(series.low.points(), limit),
