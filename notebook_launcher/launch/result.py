@@ -34,19 +34,24 @@ class LaunchResult(Sequence):
         self.duration = duration
         self.panel = panel  # the run's final status table and charts (a RunPanel), if kept
 
-    def show(self) -> None:
+    def show(self, every_rank: bool = False) -> None:
         """Show the run's final status table and metric charts again.
 
         In a notebook as static HTML with SVG images (kept in saved and exported notebooks, as
         the copy the launch left in its cell is), as text elsewhere; displaying
         ``result.panel`` does the same.
 
+        Args:
+            every_rank: a table row and a chart line per rank, however many ranks there are
+                (by default, above 8 ranks alike rows are folded into one and charts draw the
+                mean and the min-max band).
+
         Raises:
             RuntimeError: the launch kept no panel (``debug_launcher``).
         """
         if self.panel is None:
             raise RuntimeError("this launch kept no panel to show (debug_launcher keeps none)")
-        self.panel.show()
+        self.panel.show(every_rank=every_rank)
 
     def output(self, rank: int | None = None) -> str:
         """What ``rank`` printed, stdout and stderr in the order it wrote them, one line each

@@ -1,5 +1,9 @@
 """Metric charts as SVG: one chart per metric, a thin line per rank and a thick mean.
 
+Above :data:`.folding.FOLD_ABOVE` ranks (or the ``NOTEBOOK_LAUNCHER_RANK_LINES`` environment
+variable's number) a chart draws the mean and the min-max band only; ``every_rank`` draws a line
+per rank whatever their number.
+
 SVG needs no plotting library. Live, each chart is inline SVG in a widget's HTML (it follows the
 notebook's theme). In the static copy a run leaves in its cell each chart is a standalone SVG
 image, given twice: as an ``<img>`` (viewers that strip styles, such as GitHub's) over the same
@@ -13,6 +17,7 @@ import base64
 import html
 import math
 
+from .folding import rank_lines_up_to
 from .model import RunModel
 from .series import MetricSeries
 
@@ -21,7 +26,6 @@ LEFT, RIGHT, TOP, BOTTOM = 48, 8, 20, 18  # margins around the plot area
 MAX_DRAWN = 300  # points drawn per line (the plot is about that many pixels wide)
 STATIC_DRAWN = 100  # ... in a static copy, which is saved with the notebook twice per chart
 INK = "#222"  # text and the mean line of a standalone chart, drawn on white
-MAX_RANK_LINES = 16  # with more ranks only the mean and the min-max band are drawn
 PALETTE = (
     "#1f77b4",
     "#ff7f0e",
@@ -51,22 +55,24 @@ def thin(points: list[tuple[float, float]], limit: int = MAX_DRAWN) -> list[tupl
     return kept
 
 
-def metrics_html(model: RunModel, static: bool = False) -> str:
+def metrics_html(model: RunModel, static: bool = False, every_rank: bool = False) -> str:
     """Every metric's chart side by side, with a legend; "" when nothing was logged.
 
     ``static``: standalone SVG images (for the copy kept in the cell) instead of inline SVG.
+    ``every_rank``: a line per rank however many ranks there are.
     """
+    up_to = model.num_processes if every_rank else rank_lines_up_to()
     with model.lock:
         names = sorted(model.metrics)
         if static:
-            charts = [chart_image(model.metrics[name], model.num_processes) for name in names]
+            charts = [chart_image(model.metrics[name], up_to) for name in names]
         else:
-            charts = [chart_svg(model.metrics[name], model.num_processes) for name in names]
+            charts = [chart_svg(model.metrics[name], up_to) for name in names]
         ranks = sorted({rank for name in names for rank in model.metrics[name].per_rank})
     if not charts:
         return ""
     legend = []
-    if len(ranks) <= MAX_RANK_LINES:
+    if len(ranks) <= up_to:
         legend += [
             f'<span style="color:{rank_colour(r)}">&#9632;</span>&nbsp;rank&nbsp;{r}' for r in ranks
         ]
@@ -81,20 +87,23 @@ def metrics_html(model: RunModel, static: bool = False) -> str:
     )
 
 
-def chart_svg(series: MetricSeries, num_processes: int, standalone: bool = False) -> str:
-    """One metric's chart: the per-rank lines, the min-max band and the mean line.
+def chart_svg(series: MetricSeries, rank_lines: int, standalone: bool = False) -> str:
+    """One metric's chart: the per-rank lines (up to ``rank_lines`` ranks), the min-max band
+    and the mean line.
 
     ``standalone``: an SVG document of its own (an image), dark on white, instead of inline SVG
     in the notebook's colours.
     """
     limit = STATIC_DRAWN if standalone else MAX_DRAWN
     per_rank = {rank: thin(s.points(), limit) for rank, s in sorted(series.per_rank.items())}
+    draw_ranks = len(per_rank) <= rank_lines  # else the mean and the band only
+    drawn_ranks = per_rank if draw_ranks else {}
     mean, low, high = (
         thin(series.mean.points(), limit),
         thin(series.low.points(), limit),
         thin(series.high.points(), limit),
     )
-    drawn = [*mean, *(p for points in per_rank.values() for p in points)]
+    drawn = [*mean, *low, *high, *(p for points in drawn_ranks.values() for p in points)]
     finite = [(x, y) for x, y in drawn if math.isfinite(x) and math.isfinite(y)]
     name = html.escape(series.name)
     last = series.last_mean()
@@ -120,7 +129,7 @@ def chart_svg(series: MetricSeries, num_processes: int, standalone: bool = False
     parts = [box, scale.frame()]
     if len(per_rank) > 1 and high:
         parts.append(_band(scale, low, high))
-    if len(per_rank) <= MAX_RANK_LINES:
+    if draw_ranks:
         for rank, points in per_rank.items():
             parts.append(_line(scale, points, rank_colour(rank), 1.0, 0.75))
     parts.append(_line(scale, mean, "currentColor", 2.0, 1.0))
@@ -128,9 +137,9 @@ def chart_svg(series: MetricSeries, num_processes: int, standalone: bool = False
     return "".join(parts)
 
 
-def chart_image(series: MetricSeries, num_processes: int) -> str:
+def chart_image(series: MetricSeries, rank_lines: int) -> str:
     """One metric's chart as a standalone SVG image, shown by viewers that strip inline SVG."""
-    svg = chart_svg(series, num_processes, standalone=True)
+    svg = chart_svg(series, rank_lines, standalone=True)
     uri = "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode()
     name = html.escape(series.name)
     return (

@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 
 from ..protocol.status import RankStatus
+from .folding import BarSummary, Row, bar_summaries, fold_rows
 from .model import ACTIVE, RankState, RunModel
 
 COLOURS = {
@@ -150,13 +151,21 @@ def _title_html(model: RunModel, now: float) -> str:
     )
 
 
-def status_html(model: RunModel, now: float) -> str:
-    """The whole rank table as one HTML fragment (one widget value)."""
+def status_html(model: RunModel, now: float, every_rank: bool = False, heading: bool = True) -> str:
+    """The whole rank table as one HTML fragment (one widget value).
+
+    Above :data:`.folding.FOLD_ABOVE` ranks, alike rows are folded into one (see
+    :func:`.folding.fold_rows`) unless ``every_rank``; a progress bar several ranks show is
+    summed up above the table (its slowest and fastest rank). ``heading``: the headline and
+    the bars above the table (False: the table alone).
+    """
     with model.lock:
         show_memory = any(state.memory is not None for state in model.ranks)
         show_node = any(state.node for state in model.ranks)
-        rows = [_row(state, now, show_memory, show_node) for state in model.ranks]
-        title = _title_html(model, now)
+        folded = fold_rows(model.ranks, up_to=len(model.ranks) if every_rank else None)
+        rows = [_row(row, now, show_memory, show_node) for row in folded]
+        bars = bars_html(bar_summaries(model.ranks)) if heading else ""
+        title = _title_html(model, now) if heading else ""
         outcome = model.outcome
     heads = ["rank", *(["node"] if show_node else []), "state", "progress", "step", "it/s"]
     heads.append("last seen")
@@ -165,10 +174,58 @@ def status_html(model: RunModel, now: float) -> str:
     heads.append("details")
     head = "".join(f'<th style="{CELL};font-weight:600">{h}</th>' for h in heads)
     return (
-        f'<div class="nl-status" data-outcome="{outcome}" style="font-size:12px">{title}'
+        f'<div class="nl-status" data-outcome="{outcome}" data-rows="{len(rows)}" '
+        f'style="font-size:12px">{title}{bars}'
         '<table style="border-collapse:collapse">'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
     )
+
+
+def bar_text(bar: BarSummary) -> str:
+    """'epoch 2: slowest rank 3 16/40 · fastest rank 0 31/40' or 'epoch 2: 40/40 on 4 ranks'."""
+    slow, fast = bar.slowest, bar.fastest
+    total = "" if bar.total is None else f"/{bar.total}"
+    if slow.done == fast.done:
+        counts = f"{slow.done}{total} on {bar.count} ranks"
+    else:
+        counts = (
+            f"slowest rank {slow.rank} {slow.done}{total} · fastest rank {fast.rank} "
+            f"{fast.done}{total}"
+        )
+    return f"{bar.desc}: {counts}" if bar.desc else counts
+
+
+def bars_html(bars: list[BarSummary]) -> str:
+    """A bar per loop several ranks run: filled dark up to the slowest rank, light up to the
+    fastest, with both ranks' counts."""
+    shown = [bar for bar in bars if bar.count > 1]
+    if not shown:
+        return ""
+    lines = []
+    for bar in shown:
+        slow, fast = bar.slowest, bar.fastest
+        low, high = fraction(slow), fraction(fast)
+        counts = bar_text(bar).removeprefix(f"{bar.desc}: ")
+        percent = f"{low * 100:.0f}% " if low is not None else ""
+        track = ""
+        if low is not None and high is not None:
+            colour = COLOURS[RankStatus.RUNNING]
+            track = (
+                f'<span style="display:inline-block;position:relative;width:{2 * BAR_WIDTH}px;'
+                "height:10px;background:rgba(128,128,128,0.25);border-radius:2px;"
+                'vertical-align:middle;margin-right:6px">'
+                f'<span style="position:absolute;left:0;top:0;width:{high * 100:.1f}%;'
+                f'height:100%;background:{colour};opacity:0.35;border-radius:2px"></span>'
+                f'<span style="position:absolute;left:0;top:0;width:{low * 100:.1f}%;'
+                f'height:100%;background:{colour};border-radius:2px"></span></span>'
+            )
+        desc = f"<b>{clipped_html(bar.desc, STATUS_CHARS)}</b> " if bar.desc else ""
+        lines.append(
+            f'<div class="nl-bar" data-desc="{html.escape(bar.desc)}" '
+            f'data-low="{slow.done}" data-high="{fast.done}" style="margin:1px 0">'
+            f"{track}{desc}{percent}{html.escape(counts)}</div>"
+        )
+    return f'<div class="nl-bars" style="margin:2px 0 4px 0">{"".join(lines)}</div>'
 
 
 def compact_html(model: RunModel, now: float) -> str:
@@ -209,15 +266,24 @@ def _cause_html(state: RankState) -> str:
     )
 
 
-def _row(state: RankState, now: float, show_memory: bool, show_node: bool = False) -> str:
-    seen = ago(now - state.last_alive) if state.state in ACTIVE and state.last_alive else ""
+def _row(row: Row, now: float, show_memory: bool, show_node: bool = False) -> str:
+    state = row.first
+    many = len(row.ranks) > 1
+    alive = [s.last_alive for s in row.ranks if s.last_alive]
+    seen = ago(now - min(alive)) if state.state in ACTIVE and alive else ""
+    step = number(state.step if state.step is not None else state.done)
+    if many and row.low != row.high:
+        step = f"{number(row.low)}–{number(row.high)}"
+    rates = sorted(s.rate for s in row.ranks if s.rate is not None)
+    rate = rates[len(rates) // 2] if rates and state.state in ACTIVE else None  # the median
+    badge = f"{len(row.ranks)} {state.state}" if many else state.state
     cells = [
-        str(state.rank),
+        row.label,
         *([clipped_html(state.node, STATUS_CHARS)] if show_node else []),
-        _badge(state.state, state.state),
+        _badge(badge, state.state),
         _bar_html(state),
-        number(state.step if state.step is not None else state.done),
-        number(state.rate) if state.state in ACTIVE else "",
+        step,
+        number(rate),
         seen,
     ]
     if show_memory:
@@ -226,8 +292,9 @@ def _row(state: RankState, now: float, show_memory: bool, show_node: bool = Fals
     tds = "".join(f'<td style="{CELL}">{cell}</td>' for cell in cells)
     blamed = " nl-blamed" if state.blamed else ""
     style = BLAMED_ROW if state.blamed else ""
+    ranks = " ".join(str(s.rank) for s in row.ranks)
     return (
-        f'<tr class="nl-row nl-{state.state}{blamed}" data-rank="{state.rank}" '
+        f'<tr class="nl-row nl-{state.state}{blamed}" data-rank="{ranks}" '
         f'data-state="{state.state}" style="{style}">{tds}</tr>'
     )
 
@@ -283,10 +350,16 @@ def _details_html(state: RankState) -> str:
 
 
 def status_text(model: RunModel, now: float) -> str:
-    """The rank table as plain text lines, for terminals, scripts and CI logs."""
+    """The rank table as plain text lines, for terminals, scripts and CI logs (alike ranks
+    folded into one line above :data:`.folding.FOLD_ABOVE` ranks)."""
     with model.lock:
         lines = [f"notebook_launcher: {headline(model, now)}"]
-        lines += [_text_row(state) for state in model.ranks]
+        lines += [f"  {bar_text(bar)}" for bar in bar_summaries(model.ranks) if bar.count > 1]
+        for row in fold_rows(model.ranks):
+            line = _text_row(row.first)
+            if len(row.ranks) > 1:
+                line = line.replace(f"rank {row.first.rank:<3}", f"ranks {row.label}", 1)
+            lines.append(line)
         for series in sorted(model.metrics.values(), key=lambda s: s.name):
             mean = series.last_mean()
             if mean is not None:

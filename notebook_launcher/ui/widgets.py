@@ -19,15 +19,17 @@ from typing import Any
 
 from ..utils.environment import in_kernel
 from .charts import metrics_html
+from .folding import rank_lines_up_to
 from .model import RunModel
 from .render import status_html
-from .report import RunPanel, log_html
+from .report import BOUNDED_OUTPUT, RunPanel, log_html
 from .views import View
 
 BACKGROUND_LOG_LINES = 20  # worker lines kept under a background run's panel
 
 STATUS_EVERY = 0.2  # seconds between redraws of the status table (5 Hz)
 CHARTS_EVERY = 1.0  # seconds between redraws of the charts (1 Hz)
+EVERY_RANK_EVERY = 1.0  # ... of the table of every rank, under the folded one (1 Hz)
 # A blocking launch puts its widgets on screen once it is this old: a shorter run (a quick check,
 # a relaunch in a loop) pays for no widget at all and shows its final panel only.
 SHOW_AFTER = 0.3
@@ -95,6 +97,9 @@ class WidgetView(View):
         self._next_status = self._next_charts = model.clock()
         self._charts_drawn = 0
         self._log_drawn = 0
+        self._next_every = model.clock()
+        self._every_drawn = -1
+        self.every: Any = None  # the table of every rank (many ranks only)
 
     @property
     def widget(self) -> Any:
@@ -110,8 +115,16 @@ class WidgetView(View):
         self.status = widgets.HTML(value=status_html(self.model, now))
         self.charts = widgets.HTML(value="")
         self.log_widget = widgets.HTML(value="") if self.log is not None else None
-        children = [w for w in (self.status, self.charts, self.log_widget) if w is not None]
-        self._widgets = widgets.VBox(children)
+        self.style = widgets.HTML(value=BOUNDED_OUTPUT)
+        self.accordion = None
+        if self.model.num_processes > rank_lines_up_to():
+            # Opened in the browser without the kernel's help (its cell is still running).
+            self.every = widgets.HTML(value="")
+            self.accordion = widgets.Accordion(children=[self.every], selected_index=None)
+            self.accordion.set_title(0, f"every rank ({self.model.num_processes})")
+        children = [self.status, self.accordion, self.charts, self.log_widget, self.style]
+        self._widgets = widgets.VBox([w for w in children if w is not None])
+        self._widgets.add_class("nl-live")
         self._next_status = now + STATUS_EVERY
 
     @classmethod
@@ -148,6 +161,11 @@ class WidgetView(View):
             self._next_status = now + STATUS_EVERY
             self.status.value = status_html(self.model, now)
             self._draw_log()
+        if self.every is not None and now >= self._next_every:
+            self._next_every = now + EVERY_RANK_EVERY
+            if self.model.version != self._every_drawn:
+                self._every_drawn = self.model.version
+                self.every.value = status_html(self.model, now, every_rank=True, heading=False)
         if now >= self._next_charts and self.model.metrics_version != self._charts_drawn:
             self._next_charts = now + CHARTS_EVERY
             self._charts_drawn = self.model.metrics_version
@@ -175,6 +193,8 @@ class WidgetView(View):
             now = self.model.clock()
             self.status.value = status_html(self.model, now)
             self.charts.value = metrics_html(self.model)
+            if self.every is not None:
+                self.every.value = status_html(self.model, now, every_rank=True, heading=False)
             self._draw_log()
             return
         bundle = self.final_panel()._repr_mimebundle_()
@@ -191,6 +211,7 @@ class WidgetView(View):
         """Close the widgets (their models in the kernel and the frontend)."""
         if self._widgets is None:
             return
-        for widget in (self._widgets, self.status, self.charts, self.log_widget):
+        parts = (self.status, self.charts, self.log_widget, self.style, self.accordion, self.every)
+        for widget in (self._widgets, *parts):
             if widget is not None:
                 widget.close()

@@ -7,7 +7,7 @@ import io
 import pytest
 
 from notebook_launcher.launch.supervision.grouping import LineGroups, rank_label
-from notebook_launcher.launch.supervision.output import OutputSink
+from notebook_launcher.launch.supervision.output import OutputSink, without_timings
 from notebook_launcher.protocol.channel import CONTINUED_TAG, STDERR_TAG, LineSplitter
 from notebook_launcher.protocol.events import OutputLine
 from notebook_launcher.protocol.failure import WorkerFailure
@@ -203,3 +203,21 @@ def test_a_stdout_line_cut_by_a_stderr_record_is_joined_again():
         ("stderr", "a warning"),
         ("stdout", "half of a line and its end"),
     ]
+
+
+def test_the_ranks_alike_tqdm_bars_are_shown_once_without_their_timings():
+    sink, _, err, _ = sink_for(4)
+    for rank in range(4):
+        bar = f"epoch 1: 100%|██████████| 30/30 [00:0{rank}<00:00, {29.8 + rank}it/s]"
+        sink.write(OutputLine(rank, "stderr", bar))
+        sink.write(OutputLine(rank, "stderr", f"train: {30 + rank}it [00:01, 29.{rank}it/s]"))
+    sink.flush(final=True)
+
+    assert err.getvalue().splitlines() == [
+        "[rank0-3] epoch 1: 100%|██████████| 30/30",
+        *(f"[rank{rank}] train: {30 + rank}it" for rank in range(4)),
+    ]
+    # Each rank's own output keeps the whole line.
+    assert sink.output(2)[0] == "epoch 1: 100%|██████████| 30/30 [00:02<00:00, 31.8it/s]"
+    assert without_timings("done [00:01<00:00] and more") == "done [00:01<00:00] and more"
+    assert without_timings("a list [1, 2]") == "a list [1, 2]"

@@ -88,7 +88,7 @@ def test_a_blocking_launch_draws_live_panels_and_keeps_output_and_result(kernel)
         for m in opened
         if m["content"]["data"]["state"]["_model_name"] in ("HTMLModel", "VBoxModel")
     }
-    assert len(views) == 3 and views <= closed
+    assert len(views) == 4 and views <= closed  # the box, the table, the charts, the style
     order = [m["msg_type"] for m in cell.messages]
     at = cell.messages.index(kept)
     assert at > max(i for i, t in enumerate(order) if t == "stream")

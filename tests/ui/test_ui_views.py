@@ -164,7 +164,7 @@ def test_a_widget_view_creates_no_widget_until_it_is_placed(clock, comms):
     view(SupervisorTick(clock.now, ((0, clock.now), (1, clock.now))))
     assert comms.messages == []
     box = view.widget
-    assert box.children == (view.status, view.charts)
+    assert box.children == (view.status, view.charts, view.style)
     assert 'data-state="running"' in view.status.value  # drawn from the model as it is now
 
 

@@ -5,23 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ...ui.folding import rank_ranges
+
 GROUP_WINDOW = 0.3  # seconds at most a line waits for the other ranks to print it too
 SILENT_PATIENCE = 2.0  # seconds after the first line during which silent ranks are waited for
 
 
 def rank_label(ranks: Iterable[int]) -> str:
     """``[rank3]``, ``[rank0-7]`` or ``[ranks 0,2,4-7]``: the label of a line ``ranks`` printed."""
-    ordered = sorted(set(ranks))
-    runs: list[tuple[int, int]] = []
-    for rank in ordered:
-        if runs and rank == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], rank)
-        else:
-            runs.append((rank, rank))
-    parts = [str(a) if a == b else f"{a}-{b}" for a, b in runs]
-    if len(parts) == 1:
-        return f"[rank{parts[0]}]"
-    return f"[ranks {','.join(parts)}]"
+    text = rank_ranges(ranks)
+    return f"[rank{text}]" if "," not in text else f"[ranks {text}]"
 
 
 class _Group:

@@ -27,6 +27,14 @@ PROBLEM = re.compile(
     r"|^(ERROR|WARNING|CRITICAL|FATAL)\b|^\[?[WEF]\d{4} |^Fatal Python error"
 )
 RED, PLAIN = "\x1b[31m", "\x1b[0m"
+# A tqdm bar's line in its standard formats, with and without a total: what it shows, then its
+# timings in brackets ("epoch 1: 100%|██████████| 30/30 [00:01<00:00, 29.8it/s]"). The timings
+# differ from rank to rank; without them the ranks' alike bars are shown once.
+TQDM_CHARS = 1000  # longer lines are not a bar's
+TQDM_LINE = re.compile(
+    r"^(?P<bar>.*?\d+%\|[^|]*\| *[\d.]+[kMGT]?/[\d.]+[kMGT]?"
+    r"|(?:.*?: )?[\d.]+[kMGT]?(?:it|B|[a-zA-Z]+)?) \[\d+:\d\d(?::\d\d)?[<,][^\]]*\]$"
+)
 
 
 def without_own_label(text: str, rank: int) -> str:
@@ -124,6 +132,8 @@ class OutputSink:
         if not self.shows(rank):
             return
         if self.policy == "all" and prefix == f"[rank{rank}] ":
+            if line.stream == "stderr":
+                text = without_timings(text)
             self._groups.add(rank, line.stream, text, self.clock())
         else:
             self._groups.add_shown(line.stream, labelled, self.clock(), rank)
@@ -179,6 +189,14 @@ class OutputSink:
     def crash_report(self, rank: int) -> list[str]:
         """The crash report (fatal error and the frames of each thread) a rank printed."""
         return list(self._fatal.get(rank, ()))
+
+
+def without_timings(text: str) -> str:
+    """A tqdm bar's line less its timings (any other line as it is)."""
+    if not text.endswith("]") or len(text) > TQDM_CHARS:
+        return text
+    match = TQDM_LINE.match(text)
+    return text if match is None else match["bar"]
 
 
 def _coloured(stream: str, text: str) -> str:
