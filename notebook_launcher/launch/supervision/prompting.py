@@ -28,6 +28,7 @@ from ...protocol.prompts import (
     InputReply,
     InputRequest,
     PromptAnswered,
+    PromptShown,
     unavailable_message,
 )
 from ..launchers import WorkerHandle
@@ -120,7 +121,8 @@ class Prompter:
         group: the worker group (each handle's ``prompt`` is the request it waits on, if any;
             its sink shows the launcher's lines, its pump reads the ranks).
         answerer: who types the lines.
-        before_ask: called just before each prompt (the views redraw).
+        before_ask: called just before each prompt (a tick: the views see the time), before
+            :class:`PromptShown` tells them to draw.
     """
 
     def __init__(
@@ -173,6 +175,7 @@ class Prompter:
         self.group.sink.flush(final=True)
         request: InputRequest = handle.prompt
         self.before_ask()
+        self.group.publish(PromptShown(handle.rank))
         try:
             line = self.answerer.ask(request.label(), request.kind == PASSWORD)
         except EOFError:
