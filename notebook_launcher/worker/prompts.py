@@ -17,7 +17,9 @@ import getpass
 import io
 import os
 import pdb
+import site
 import sys
+import sysconfig
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -42,9 +44,6 @@ _KERNEL_HOOKS = ("debugpy", "_pydevd", "pydevd", "ipykernel", "_pytest", "ray")
 # (the kernel, once it joined a cluster) and in every actor, whatever the user chose.
 _FOREIGN_BREAKPOINTS = ("ray.util.",)
 NO_REPLY_PATH = "this kind of rank has no way to reach the cell (XLA replicas take no input)"
-# Names of the cells a session ran (file -> "Cell In[7]"), which the rank's copy of IPython
-# (forked before those cells ran) does not know.
-CELL_NAMES: dict[str, str] = {}
 # The code of the launcher's frames that call the user's code (filled by the worker's modules):
 # a debugger's stack starts above the innermost of them.
 ENTRY_CODES: set[Any] = set()
@@ -226,7 +225,7 @@ def _format_stack_entry(self: pdb.Pdb, frame_lineno: tuple, lprefix: str = ": ")
     text = _bdb_format(self, frame_lineno, lprefix)
     frame, lineno = frame_lineno
     filename = self.canonic(frame.f_code.co_filename)
-    name = CELL_NAMES.get(filename) or code_name(filename)
+    name = code_name(filename)
     if name == filename:
         return text
     return text.replace(f"{filename}({lineno})", f"{name}, line {lineno}, in ", 1)
@@ -240,7 +239,12 @@ def quit_error(exc: BaseException, rank: int) -> BaseException:
 
 
 def post_mortem(traceback: Any, rank: int) -> None:
-    """pdb in the frame where this rank's last call failed (``traceback``), with its locals."""
+    """pdb on the frames where this rank's last call failed (``traceback``), with their locals.
+
+    It opens in the innermost frame of the user's own code (a notebook cell, a file of theirs),
+    not in a library's: an error raised inside torch (a shape mismatch in ``nn.Linear``) opens
+    on the user's line that called it, ``model(x)``; ``d`` goes down into the library's frames.
+    """
     if traceback is None:
         raise RuntimeError(
             f"rank {rank} keeps no failure to debug: its last call did not fail, or a call ran "
@@ -248,4 +252,34 @@ def post_mortem(traceback: Any, rank: int) -> None:
         )
     debugger = pdb.Pdb()
     debugger.reset()
+    setup = debugger.setup
+
+    def setup_at_users_frame(frame: Any, tb: Any) -> Any:
+        done = setup(frame, tb)
+        users = [i for i, (f, _) in enumerate(debugger.stack) if not _in_library(f)]
+        if users and users[-1] != debugger.curindex:
+            debugger.curindex = users[-1]
+            debugger.curframe = debugger.stack[users[-1]][0]
+            debugger.curframe_locals = debugger.curframe.f_locals
+        return done
+
+    debugger.setup = setup_at_users_frame  # type: ignore[method-assign]
     debugger.interaction(None, traceback)
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """The folders of code that is not the user's: Python's own, installed packages, this one."""
+    paths = sysconfig.get_paths()
+    dirs = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
+    dirs.update(site.getsitepackages() if hasattr(site, "getsitepackages") else ())
+    dirs.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs)
+
+
+def _in_library(frame: Any) -> bool:
+    filename = frame.f_code.co_filename
+    if filename.startswith("<frozen"):
+        return True
+    if filename.startswith("<"):
+        return False
+    return os.path.realpath(filename).startswith(_library_dirs())

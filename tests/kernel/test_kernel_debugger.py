@@ -150,6 +150,41 @@ def test_no_stall_is_noticed_or_stops_a_rank_at_a_prompt(kernel):
     assert "no rank has made progress" not in cell.stream(), cell.output()
 
 
+def status_tables(cell) -> list[str]:
+    """The status table's HTML, in the order the cell's widget messages drew it."""
+    tables = []
+    for msg in cell.messages:
+        if msg["msg_type"] not in ("comm_open", "comm_msg"):
+            continue
+        value = msg["content"].get("data", {}).get("state", {}).get("value", "")
+        if isinstance(value, str) and "nl-status" in value:
+            tables.append(value)
+    return tables
+
+
+def rank_row(table: str, rank: int) -> str:
+    match = re.search(rf'<tr class="nl-row[^"]*" data-rank="{rank}".*?</tr>', table)
+    assert match is not None, table
+    return match[0]
+
+
+def test_the_status_table_says_in_debugger_while_the_cell_waits_at_the_prompt(kernel):
+    defined(kernel)
+    cell = launch(kernel, "1", ui="widgets")
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
+    # What the frontend shows while the cell waits is the last table drawn before the prompt.
+    assert "in debugger" in rank_row(status_tables(cell)[-1], 1), status_tables(cell)[-1:]
+    assert "in debugger" not in rank_row(status_tables(cell)[-1], 0)
+    for command in ("p x", "n"):  # the rank answers and asks again at once, every time
+        time.sleep(0.5)
+        cell.answer(command)
+        cell.prompt(30)
+        assert "in debugger" in rank_row(status_tables(cell)[-1], 1), status_tables(cell)[-1:]
+    cell.answer("c")
+    cell.finish(60)
+    assert cell.result() == "[1, 11]", cell.output()
+
+
 def test_a_frontend_without_input_gets_a_clear_error_not_a_hang(kernel):
     defined(kernel)
     blocked = kernel.start("notebook_launcher(train, args=(1,), num_processes=2)")  # no stdin
@@ -204,10 +239,15 @@ SESSION = (
 )
 
 
-def test_breakpoint_in_a_session_cell_then_quit_and_the_session_goes_on(kernel):
+def session_opened(kernel, setup: str = SESSION) -> None:
+    """Load the magics and open a session of 2 ranks with ``setup``."""
     assert kernel.execute("%load_ext notebook_launcher", timeout=30).error() is None
-    ready = kernel.execute(SESSION, timeout=120, store_history=True)
+    ready = kernel.execute(setup, timeout=120, store_history=True)
     assert ready.error() is None, ready.output()
+
+
+def test_breakpoint_in_a_session_cell_then_quit_and_the_session_goes_on(kernel):
+    session_opened(kernel)
     cell = kernel.start(
         "%%distributed\nz = helper(rank * 100)\nz\n", store_history=True, allow_stdin=True
     )
@@ -240,8 +280,7 @@ def test_breakpoint_in_a_session_cell_then_quit_and_the_session_goes_on(kernel):
 
 
 def test_interrupt_at_a_prompt_in_a_session_keeps_the_session(kernel):
-    assert kernel.execute("%load_ext notebook_launcher", timeout=30).error() is None
-    assert kernel.execute(SESSION, timeout=120, store_history=True).error() is None
+    session_opened(kernel)
     cell = kernel.start("%%distributed\nhelper(1)\n", store_history=True, allow_stdin=True)
     assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) "
     kernel.km.interrupt_kernel()
@@ -274,12 +313,21 @@ def test_a_forked_rank_keeps_nothing_of_the_kernels_input_machinery(kernel):
     assert ast.literal_eval(cell.result()) == expected, cell.output()
 
 
-def test_breakpoint_in_a_spawned_rank(kernel):
+def test_breakpoint_in_a_spawned_rank_names_the_cell_and_lists_its_source(kernel):
     defined(kernel)
     cell = launch(kernel, "1", start_method="spawn")
     assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
-    # A function shipped by value has no source file on the rank: the place is named only.
-    assert "[rank1] > " in cell.stream() and "train()" in cell.stream(), cell.output()
+    # The function travels by value, with its cell's name and lines: as a forked rank shows it.
+    assert re.search(r"\[rank1\] > Cell In\[\d+\], line 9, in train\(\)", cell.stream()), (
+        cell.output()
+    )
+    assert "[rank1] -> y = x + 1" in cell.stream(), cell.output()
+    before = len(cell.stream())
+    cell.answer("l")
+    cell.prompt(30)
+    listed = cell.stream()[before:]
+    assert re.search(r"\[rank1\]\s+8\s+breakpoint\(\)", listed), listed
+    assert re.search(r"\[rank1\]\s+9\s+->\s+y = x \+ 1", listed), listed
     cell.answer("p x + 1")
     cell.prompt(30)
     assert "[rank1] 11" in cell.stream().splitlines(), cell.output()
@@ -300,8 +348,7 @@ FAILING_STEP = (
 
 
 def test_debug_after_a_failed_session_call_opens_on_the_failing_rank(kernel):
-    assert kernel.execute("%load_ext notebook_launcher", timeout=30).error() is None
-    assert kernel.execute(SESSION, timeout=120, store_history=True).error() is None
+    session_opened(kernel)
     failed = kernel.execute(FAILING_STEP, timeout=60, store_history=True)
     assert failed.error() is not None and failed.error()["ename"] == "ValueError", failed.output()
     cell = kernel.start("%debug", store_history=True, allow_stdin=True)
@@ -329,8 +376,7 @@ def test_debug_after_a_failed_session_call_opens_on_the_failing_rank(kernel):
 
 
 def test_pdb_on_opens_the_failing_ranks_frame_in_the_failing_cell(kernel):
-    assert kernel.execute("%load_ext notebook_launcher", timeout=30).error() is None
-    assert kernel.execute(SESSION, timeout=120, store_history=True).error() is None
+    session_opened(kernel)
     assert kernel.execute("%pdb on", timeout=30).error() is None
     cell = kernel.start(FAILING_STEP, store_history=True, allow_stdin=True)
     assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
@@ -411,3 +457,67 @@ def test_pdb_on_without_input_leaves_a_launchs_failure_as_it_is(kernel):
     assert "rank 1 got x=10" in cell.output(), cell.output()
     assert "post-mortem debugger of rank" not in cell.output(), cell.output()
     assert wait_until(lambda: not kernel.workers(), 10.0), kernel.workers()
+
+
+DDP_SETUP = (
+    "%%distributed -n 2\n"
+    "import torch\n"
+    "from torch.nn.parallel import DistributedDataParallel\n"
+    "from notebook_launcher import PartialState\n"
+    "rank = PartialState().process_index\n"
+    "torch.manual_seed(0)\n"
+    "model = DistributedDataParallel(torch.nn.Linear(8, 2))\n"
+)
+DDP_STEP = (
+    "%%distributed\n"
+    "def train_step(batch):\n"
+    "    x = batch * 2\n"
+    "    out = model(x)\n"
+    "    out.sum().backward()\n"
+    "    return tuple(out.shape)\n"
+    "width = 5 if rank == 1 else 8  # rank 1's batch has the wrong shape\n"
+    "train_step(torch.randn(4, width))\n"
+)
+
+
+def test_debug_after_a_ddp_shape_error_opens_on_the_users_line_in_the_failing_rank(kernel):
+    session_opened(kernel, DDP_SETUP)
+    pids = [p.pid for p in kernel.workers()]
+    kernel.watch(pids)
+    failed = kernel.execute(DDP_STEP, timeout=90, store_history=True)
+    error = failed.error()
+    assert error is not None and error["ename"] == "RuntimeError", failed.output()
+    assert "mat1 and mat2 shapes cannot be multiplied" in failed.traceback(), failed.output()
+    cell = kernel.start("%debug", store_history=True, allow_stdin=True)
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
+    # The user's line that called into torch, not torch's frame that raised.
+    assert re.search(r"\[rank1\] > Cell In\[\d+\], line 4, in train_step\(\)", cell.stream()), (
+        cell.output()
+    )
+    assert "[rank1] -> out = model(x)" in cell.stream(), cell.output()
+    cell.answer("p x.shape, batch.shape")
+    cell.prompt(30)
+    lines = cell.stream().splitlines()
+    assert "[rank1] (torch.Size([4, 5]), torch.Size([4, 5]))" in lines, cell.output()
+    before = len(cell.stream())
+    cell.answer("u")
+    cell.prompt(30)
+    assert re.search(r"\[rank1\] > Cell In\[\d+\], line 8, in <module>\(\)", cell.stream()[before:])
+    cell.answer("p width")
+    cell.prompt(30)
+    assert "[rank1] 5" in cell.stream().splitlines(), cell.output()
+    cell.answer("d")
+    cell.prompt(30)
+    before = len(cell.stream())
+    cell.answer("d")  # down into torch's frames, where the error was raised
+    cell.prompt(30)
+    assert re.search(r"\[rank1\] > \S*torch/nn/", cell.stream()[before:]), cell.output()
+    cell.answer("q")
+    cell.finish(60)
+    assert cell.error() is None, cell.output()
+    # The session goes on with every rank: a right-shaped step trains on both.
+    step = kernel.execute("%%distributed\ntrain_step(torch.randn(4, 8))\n", timeout=60)
+    assert step.result() == "[(4, 2), (4, 2)]", step.output()
+    assert sorted(p.pid for p in kernel.workers()) == sorted(pids)
+    assert kernel.execute("%distributed close", timeout=60).error() is None
+    assert wait_until(lambda: not alive(pids), 10.0), alive(pids)
