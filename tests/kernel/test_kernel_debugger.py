@@ -336,6 +336,35 @@ def test_breakpoint_in_a_spawned_rank_names_the_cell_and_lists_its_source(kernel
     assert cell.result() == "[1, 11]", cell.output()
 
 
+def test_breakpoint_in_a_spawned_sessions_rank_names_the_cell(kernel):
+    defined(
+        kernel,
+        "import os\n"
+        "from notebook_launcher import Session\n"
+        "session = Session(num_processes=2, start_method='spawn')\n"
+        "def probe(v):\n"
+        "    w = v + int(os.environ['RANK'])\n"
+        "    if w == 6:\n"
+        "        breakpoint()\n"
+        "    return w\n",
+    )
+    cell = kernel.start("session.run(probe, 5).values", store_history=True, allow_stdin=True)
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
+    assert re.search(r"\[rank1\] > Cell In\[\d+\], line 8, in probe\(\)", cell.stream()), (
+        cell.output()
+    )
+    before = len(cell.stream())
+    cell.answer("ll")
+    cell.prompt(30)
+    assert re.search(r"\[rank1\]\s+5\s+w = v \+ int", cell.stream()[before:]), cell.output()
+    cell.answer("c")
+    cell.finish(60)
+    assert cell.result() == "[5, 6]", cell.output()
+    pids = [p.pid for p in kernel.workers()]
+    assert kernel.execute("session.close()", timeout=60).error() is None
+    assert wait_until(lambda: not alive(pids), 10.0), alive(pids)
+
+
 FAILING_STEP = (
     "%%distributed\n"
     "def step(batch):\n"
