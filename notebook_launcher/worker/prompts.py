@@ -17,6 +17,7 @@ import getpass
 import io
 import os
 import pdb
+import re
 import site
 import sys
 import sysconfig
@@ -47,6 +48,7 @@ NO_REPLY_PATH = "this kind of rank has no way to reach the cell (XLA replicas ta
 # The code of the launcher's frames that call the user's code (filled by the worker's modules):
 # a debugger's stack starts above the innermost of them.
 ENTRY_CODES: set[Any] = set()
+_ANSI = r"\x1b\[[0-9;]*m"  # a colour code of IPython's debugger
 # Modules that read a debugger's commands through input().
 _DEBUGGER_CALLERS = ("cmd", "code")
 
@@ -143,6 +145,38 @@ def install(prompter: RankPrompter) -> None:
     pdb.Pdb.format_stack_entry = _format_stack_entry  # type: ignore[method-assign]
     pdb.Pdb.get_stack = _get_stack  # type: ignore[method-assign]
     pdb.Pdb.stop_here = _stop_here  # type: ignore[method-assign]
+    _adapt_ipython_debugger()  # loaded already in a forked rank; else when a debugger starts:
+    if not hasattr(pdb.Pdb.__init__, "adapts"):
+        pdb.Pdb.__init__ = _adapting(pdb.Pdb.__init__)  # type: ignore[method-assign]
+
+
+def _adapt_ipython_debugger() -> None:
+    """IPython's debugger (what ``ipdb.set_trace()`` runs) as pdb is here: it names a notebook
+    cell as IPython names it, and lets an interrupt end the rank's code (its own command loop
+    catches it and asks again). It reads its commands through ``input()`` already."""
+    module = sys.modules.get("IPython.core.debugger")
+    debugger = getattr(module, "Pdb", None)
+    if debugger is None or getattr(debugger, "_rank_adapted", False):
+        return
+    own_format = debugger.format_stack_entry
+
+    def format_stack_entry(self: Any, frame_lineno: tuple, lprefix: str = ": ") -> str:
+        return _cell_named(self, own_format(self, frame_lineno, lprefix), frame_lineno)
+
+    debugger.format_stack_entry = format_stack_entry
+    debugger._cmdloop = _cmdloop
+    debugger._rank_adapted = True
+
+
+def _adapting(init: Callable[..., None]) -> Callable[..., None]:
+    """``init`` (pdb's), adapting IPython's debugger first if it was loaded since."""
+
+    def __init__(self: pdb.Pdb, *args: Any, **kwargs: Any) -> None:
+        _adapt_ipython_debugger()
+        init(self, *args, **kwargs)
+
+    __init__.adapts = True  # type: ignore[attr-defined]
+    return __init__
 
 
 def _plain_pdb(current: type) -> type:
@@ -222,13 +256,19 @@ def _stop_here(self: pdb.Pdb, frame: Any) -> bool:
 def _format_stack_entry(self: pdb.Pdb, frame_lineno: tuple, lprefix: str = ": ") -> str:
     """pdb's line for a frame, a notebook cell named as IPython names it (``Cell In[7], line 4,
     in f()``)."""
-    text = _bdb_format(self, frame_lineno, lprefix)
+    return _cell_named(self, _bdb_format(self, frame_lineno, lprefix), frame_lineno)
+
+
+def _cell_named(debugger: Any, text: str, frame_lineno: tuple) -> str:
+    """``text``, a debugger's line for a frame, its ``file(line)`` (coloured or not) written as
+    IPython names a cell: ``Cell In[7], line 4, in ``."""
     frame, lineno = frame_lineno
-    filename = self.canonic(frame.f_code.co_filename)
+    filename = debugger.canonic(frame.f_code.co_filename)
     name = code_name(filename)
     if name == filename:
         return text
-    return text.replace(f"{filename}({lineno})", f"{name}, line {lineno}, in ", 1)
+    place = re.compile(re.escape(filename) + rf"(?:{_ANSI})*\((?:{_ANSI})*{lineno}(?:{_ANSI})*\)")
+    return place.sub(lambda _: f"{name}, line {lineno}, in ", text, count=1)
 
 
 def quit_error(exc: BaseException, rank: int) -> BaseException:

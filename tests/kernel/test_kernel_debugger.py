@@ -10,7 +10,7 @@ import re
 import time
 
 import pytest
-from helpers.kernelrun import alive, wait_until
+from helpers.kernelrun import alive, strip_ansi, wait_until
 
 pytestmark = pytest.mark.kernel
 
@@ -279,10 +279,14 @@ def test_breakpoint_in_a_session_cell_then_quit_and_the_session_goes_on(kernel):
     assert wait_until(lambda: not alive(pids), 10.0)
 
 
-def test_interrupt_at_a_prompt_in_a_session_keeps_the_session(kernel):
-    session_opened(kernel)
+@pytest.mark.parametrize(
+    ("stop", "prompt"),
+    [("breakpoint()", "(Pdb rank 1) "), ("__import__('ipdb').set_trace()", "ipdb rank 1> ")],
+)
+def test_interrupt_at_a_prompt_in_a_session_keeps_the_session(kernel, stop, prompt):
+    session_opened(kernel, SESSION.replace("breakpoint()", stop))
     cell = kernel.start("%%distributed\nhelper(1)\n", store_history=True, allow_stdin=True)
-    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) "
+    assert cell.prompt(PROMPT_WAIT) == prompt, cell.output()
     kernel.km.interrupt_kernel()
     cell.finish(60)
     assert cell.error() is not None and cell.error()["ename"] == "KeyboardInterrupt"
@@ -363,6 +367,32 @@ def test_breakpoint_in_a_spawned_sessions_rank_names_the_cell(kernel):
     pids = [p.pid for p in kernel.workers()]
     assert kernel.execute("session.close()", timeout=60).error() is None
     assert wait_until(lambda: not alive(pids), 10.0), alive(pids)
+
+
+IPDB = LAUNCH.replace("        breakpoint()", "        import ipdb\n        ipdb.set_trace()")
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_ipdb_set_trace_on_a_rank_prompts_in_the_cell(kernel, start_method):
+    defined(kernel, IPDB)
+    cell = launch(kernel, "1", start_method=start_method)
+    assert cell.prompt(PROMPT_WAIT) == "ipdb rank 1> ", cell.output()
+    shown = strip_ansi(cell.stream())
+    # ipdb's own location line and context, with the cell named as pdb names it.
+    assert re.search(r"\[rank1\] > Cell In\[\d+\], line 10, in train\(\)", shown), shown
+    assert re.search(r"\[rank1\] -+> 10\s+y = x \+ 1", shown), shown
+    cell.answer("p x")
+    cell.prompt(30)
+    assert "[rank1] 10" in strip_ansi(cell.stream()).splitlines(), cell.output()
+    cell.answer("n")
+    cell.prompt(30)
+    cell.answer("p y")
+    cell.prompt(30)
+    assert "[rank1] 11" in strip_ansi(cell.stream()).splitlines(), cell.output()
+    cell.answer("c")
+    cell.finish(60)
+    assert cell.error() is None, cell.output()
+    assert cell.result() == "[1, 11]", cell.output()
 
 
 FAILING_STEP = (
