@@ -34,6 +34,19 @@ def defined(kernel, code: str = LAUNCH) -> None:
     assert cell.error() is None, cell.output()
 
 
+def stopped(cell, prompt: str, where: str) -> None:
+    """The cell's next prompt is ``prompt``, and the cell showed ``where`` (a pattern) by then."""
+    assert cell.prompt(PROMPT_WAIT) == prompt, cell.output()
+    assert re.search(where, cell.stream()), cell.output()
+
+
+def printed(cell, command: str, line: str) -> None:
+    """Answer ``command``; the rank's output before the next prompt includes ``line``."""
+    cell.answer(command)
+    cell.prompt(30)
+    assert line in cell.stream().splitlines(), cell.output()
+
+
 def launch(kernel, call: str, **settings) -> object:
     extra = "".join(f", {key}={value!r}" for key, value in settings.items())
     return kernel.start(
@@ -411,13 +424,8 @@ def test_debug_after_a_failed_session_call_opens_on_the_failing_rank(kernel):
     failed = kernel.execute(FAILING_STEP, timeout=60, store_history=True)
     assert failed.error() is not None and failed.error()["ename"] == "ValueError", failed.output()
     cell = kernel.start("%debug", store_history=True, allow_stdin=True)
-    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
-    assert re.search(r"\[rank1\] > Cell In\[\d+\], line 5, in step\(\)", cell.stream()), (
-        cell.output()
-    )
-    cell.answer("p out, batch")
-    cell.prompt(30)
-    assert "[rank1] (12, 6)" in cell.stream().splitlines(), cell.output()
+    stopped(cell, "(Pdb rank 1) ", r"\[rank1\] > Cell In\[\d+\], line 5, in step\(\)")
+    printed(cell, "p out, batch", "[rank1] (12, 6)")
     cell.answer("q")
     cell.finish(60)
     assert cell.error() is None, cell.output()
@@ -580,3 +588,56 @@ def test_debug_after_a_ddp_shape_error_opens_on_the_users_line_in_the_failing_ra
     assert sorted(p.pid for p in kernel.workers()) == sorted(pids)
     assert kernel.execute("%distributed close", timeout=60).error() is None
     assert wait_until(lambda: not alive(pids), 10.0), alive(pids)
+
+
+def in_background(kernel, call: str) -> None:
+    """Start ``handle = launch_in_background(...)`` from a cell that takes input."""
+    started = kernel.start(
+        "from notebook_launcher import launch_in_background\n"
+        f"handle = launch_in_background(train, args=({call},), num_processes=2, "
+        "stall_notice=1.0, stall_timeout=2.0, timeout=60.0)\n",
+        store_history=True,
+        allow_stdin=True,
+    )
+    started.finish(60)
+    assert started.error() is None, started.output()
+
+
+def panel_says(kernel, text: str) -> bool:
+    """Whether the lines under the background launch's panel came to include ``text``."""
+    lines = lambda: kernel.execute("'\\n'.join(handle.view.log.lines)", 30).result() or ""  # noqa: E731
+    return bool(wait_until(lambda: text in lines(), PROMPT_WAIT, interval=1.0))
+
+
+def test_a_background_launchs_breakpoint_is_answered_by_the_cell_that_waits_on_it(kernel):
+    defined(kernel)
+    in_background(kernel, "1")
+    # Rank 1 waits at its prompt, longer than the stall limits, and the panel says how to answer.
+    assert panel_says(kernel, "rank 1 is in the debugger: call handle.wait() in a cell to answer")
+    time.sleep(3.0)
+    assert kernel.execute("handle.done", 30).result() == "False"
+    cell = kernel.start("handle.wait(timeout=120).values", store_history=True, allow_stdin=True)
+    # The waiting cell shows where the rank stopped, and what each command prints.
+    stopped(cell, "(Pdb rank 1) ", r"\[rank1\] > Cell In\[\d+\], line 9, in train\(\)")
+    printed(cell, "p x", "[rank1] 10")
+    # Interrupting the waiting cell leaves the rank at its prompt, for the next cell that waits.
+    kernel.km.interrupt_kernel()
+    cell.finish(60)
+    assert cell.error() is not None and cell.error()["ename"] == "KeyboardInterrupt"
+    assert kernel.execute("handle.done", 30).result() == "False"
+    again = kernel.start("handle.wait(timeout=120).values", store_history=True, allow_stdin=True)
+    assert again.prompt(30) == "(Pdb rank 1) ", again.output()
+    again.answer("c")
+    again.finish(60)
+    assert again.error() is None, again.output()
+    assert again.result() == "[1, 11]", again.output()
+    assert wait_until(lambda: not kernel.workers(), 10.0), kernel.workers()
+
+
+def test_stopping_a_background_launch_at_a_prompt_ends_every_rank(kernel):
+    defined(kernel)
+    in_background(kernel, "1")
+    assert panel_says(kernel, "rank 1 is in the debugger")
+    stopped = kernel.execute("handle.stop(timeout=30), handle.status", timeout=60)
+    assert stopped.result() == "(True, 'stopped')", stopped.output()
+    assert wait_until(lambda: not kernel.workers(), 10.0), kernel.workers()
