@@ -36,7 +36,7 @@ class Relay(Answerer):
         self._asked: tuple[str, bool] | None = None
         self._asking = 0  # the number of the prompt asked (an answer is for one prompt only)
         self._answer: str | None = None
-        self._shown: deque[str] = deque(maxlen=SHOWN_LINES)  # the lines since the last answer
+        self._shown: deque[str] = deque(maxlen=SHOWN_LINES)  # lines the waiting cell did not show
         self._waiting_cell = False
 
     # -- the supervising thread -------------------------------------------------------------------
