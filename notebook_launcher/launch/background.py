@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import contextvars
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable
@@ -22,6 +23,8 @@ from .planning.plan import LaunchPlan
 from .planning.preflight import check_args, check_function
 from .planning.settings import LaunchSettings
 from .result import LaunchResult
+from .supervision.prompting import background_answerer, cell_answerer, cell_takes_input
+from .supervision.relay import Relay
 from .supervision.runner import launch
 
 EXIT_STOP_WAIT = 5.0  # seconds an exiting interpreter waits for each run it stops
@@ -32,7 +35,8 @@ class LaunchHandle:
     """A launch running in the background.
 
     ``done`` says whether it ended; ``wait()`` blocks until it does and returns the
-    :class:`LaunchResult` (or raises what the launch raised); ``stop()`` stops every worker.
+    :class:`LaunchResult` (or raises what the launch raised), answering meanwhile the prompts
+    of ranks stopped in the debugger; ``stop()`` stops every worker.
 
     Attributes:
         model: the run's live :class:`~notebook_launcher.ui.RunModel`.
@@ -50,6 +54,9 @@ class LaunchHandle:
         self._callbacks: list[Callable[[LaunchHandle], None]] = []
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        # Answers the ranks' prompts from the cell that waits (launched from a cell that takes
+        # input); None: a prompt raises StdinUnavailableError on the rank.
+        self._relay: Relay | None = None
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -87,6 +94,11 @@ class LaunchHandle:
     def wait(self, timeout: float | None = None) -> LaunchResult:
         """Block until the run ends; return its result or raise what it raised.
 
+        A rank that stops at a prompt (``breakpoint()``, ``input()``) while the launch runs in
+        the background waits for a cell that calls ``wait()``: the prompt then opens in that
+        cell, with the rank's lines since it stopped, as it would in the cell of a blocking
+        launch. Interrupting the cell leaves the rank waiting for the next one.
+
         Args:
             timeout: seconds to wait at most; None waits as long as the run takes.
 
@@ -95,7 +107,11 @@ class LaunchHandle:
             Whatever the launch raised, as :func:`notebook_launcher` would have.
         """
         _check_timeout(timeout)
-        if not self._done.wait(timeout):
+        end = None if timeout is None else time.monotonic() + timeout
+        if self._relay is not None and threading.current_thread() is threading.main_thread():
+            self._relay.serve(cell_answerer(), self._done, timeout)
+        left = None if end is None else max(0.0, end - time.monotonic())
+        if not self._done.wait(left):
             raise TimeoutError(f"the launch still runs after {timeout:g} s (it keeps running)")
         if self._exception is not None:
             raise self._exception
@@ -147,12 +163,14 @@ class LaunchHandle:
         self._thread.start()
 
     def _supervise(self, function: Callable[..., Any], args: tuple, plan: LaunchPlan) -> None:
+        if self._relay is not None:
+            background_answerer.set(self._relay)
         try:
             result = launch(
                 function,
                 args,
                 plan,
-                listeners=(self.view,),
+                listeners=(self.view,) if self._relay is None else (self.view, self._relay),
                 stop=self._stop,
                 streams=self.view.streams,
             )
@@ -210,6 +228,8 @@ def start_in_background(
             show=show,
         )
         handle = LaunchHandle(view, plan.num_processes)
+        if show and cell_takes_input():  # (the config panel's own cell has ended)
+            handle._relay = Relay(handle._stop)
         handle._start(function, args, plan)  # the thread releases the kernel when it ends
     return handle
 

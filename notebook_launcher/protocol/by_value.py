@@ -11,7 +11,8 @@ module the scan would.
 
 cloudpickle also renames the code of every function it pickles by value ``<dynamic-code>``;
 :class:`CellPickler` keeps the file name of code written in a notebook cell and sends the
-cell's lines along, so a rank's traceback shows "Cell In[3], line 5" and the line.
+cell's lines and name along, so a rank's traceback and debugger show "Cell In[3], line 5" and
+the line.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import cloudpickle
+
+from ..utils import cells
 
 _module = sys.modules.get("cloudpickle.cloudpickle", cloudpickle)
 _ORIGINAL = getattr(_module, "_find_imported_submodules", None)
@@ -82,11 +85,16 @@ def is_cell_file(path: str) -> bool:
     return path in getattr(getattr(shell, "compile", None), "_filename_map", {})
 
 
-def cell_code(args: tuple, filename: str, lines: list[str]) -> types.CodeType:
+def cell_code(
+    args: tuple, filename: str, lines: list[str], shown: str | None = None
+) -> types.CodeType:
     """Code cloudpickle rebuilds from ``args``, named ``filename`` again, its cell's ``lines``
-    put where tracebacks look lines up."""
+    put where tracebacks and debuggers look lines up, and the cell's name (``shown``, "Cell
+    In[3]") where they look names up."""
     if lines and filename not in linecache.cache:
         linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
+    if shown and shown != filename:
+        cells.NAMES.setdefault(filename, shown)
     args = tuple(filename if arg == "<dynamic-code>" else arg for arg in args)
     return types.CodeType(*args)
 
@@ -101,7 +109,9 @@ class CellPickler(cloudpickle.Pickler):
         if type(obj) is types.CodeType and _code_reduce is not None:
             if is_cell_file(obj.co_filename):
                 _, args = _code_reduce(obj)
-                return cell_code, (args, obj.co_filename, linecache.getlines(obj.co_filename))
+                filename = obj.co_filename
+                lines = linecache.getlines(filename)
+                return cell_code, (args, filename, lines, cells.code_name(filename))
         return super().reducer_override(obj)
 
 

@@ -29,6 +29,15 @@ class InputRequest:
 
 
 @dataclass(frozen=True)
+class PromptShown:
+    """The cell is about to wait for the answer to rank ``rank``'s prompt (made in the kernel,
+    for views): nothing runs in the cell's thread until it is answered, so a view draws now what
+    it would otherwise draw at its next turn."""
+
+    rank: int
+
+
+@dataclass(frozen=True)
 class PromptAnswered:
     """The kernel sent rank ``rank`` the answer to its prompt (made in the kernel, for views)."""
 

@@ -11,6 +11,7 @@ import sys
 import warnings
 from typing import Any, TextIO
 
+from ..protocol.prompts import PromptShown
 from .model import RunModel
 from .render import status_text
 
@@ -43,12 +44,19 @@ class View:
             return
         try:
             self.model.apply(event)
-            self.refresh(self.model.clock())
+            if isinstance(event, PromptShown):
+                self.draw_now(self.model.clock())
+            else:
+                self.refresh(self.model.clock())
         except Exception as exc:
             self._broke(exc)
 
     def refresh(self, now: float) -> None:
         """Redraw what is due at ``now`` (called after every event)."""
+
+    def draw_now(self, now: float) -> None:
+        """Draw the live state at once, whatever the rate limit: the cell is about to block (on
+        a rank's prompt) and draws nothing more until it is answered."""
 
     def finish(self) -> None:
         """The run is over: finalise the model and draw the final state once."""

@@ -171,6 +171,17 @@ class WidgetView(View):
             self._charts_drawn = self.model.metrics_version
             self.charts.value = metrics_html(self.model)
 
+    def draw_now(self, now: float) -> None:
+        # A prompt that opens before the widgets were due (a quick session call) shows them now:
+        # the status table is what says which rank waits in the debugger.
+        if self._show_at is not None:
+            self._display()
+        if self._widgets is None:
+            return
+        self._next_status = now + STATUS_EVERY
+        self.status.value = status_html(self.model, now)
+        self._draw_log()
+
     def _draw_log(self) -> None:
         if self.log is not None and self.log.version != self._log_drawn:
             self._log_drawn = self.log.version

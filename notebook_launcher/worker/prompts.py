@@ -17,7 +17,10 @@ import getpass
 import io
 import os
 import pdb
+import re
+import site
 import sys
+import sysconfig
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -42,12 +45,10 @@ _KERNEL_HOOKS = ("debugpy", "_pydevd", "pydevd", "ipykernel", "_pytest", "ray")
 # (the kernel, once it joined a cluster) and in every actor, whatever the user chose.
 _FOREIGN_BREAKPOINTS = ("ray.util.",)
 NO_REPLY_PATH = "this kind of rank has no way to reach the cell (XLA replicas take no input)"
-# Names of the cells a session ran (file -> "Cell In[7]"), which the rank's copy of IPython
-# (forked before those cells ran) does not know.
-CELL_NAMES: dict[str, str] = {}
 # The code of the launcher's frames that call the user's code (filled by the worker's modules):
 # a debugger's stack starts above the innermost of them.
 ENTRY_CODES: set[Any] = set()
+_ANSI = r"\x1b\[[0-9;]*m"  # a colour code of IPython's debugger
 # Modules that read a debugger's commands through input().
 _DEBUGGER_CALLERS = ("cmd", "code")
 
@@ -144,6 +145,38 @@ def install(prompter: RankPrompter) -> None:
     pdb.Pdb.format_stack_entry = _format_stack_entry  # type: ignore[method-assign]
     pdb.Pdb.get_stack = _get_stack  # type: ignore[method-assign]
     pdb.Pdb.stop_here = _stop_here  # type: ignore[method-assign]
+    _adapt_ipython_debugger()  # loaded already in a forked rank; else when a debugger starts:
+    if not hasattr(pdb.Pdb.__init__, "adapts"):
+        pdb.Pdb.__init__ = _adapting(pdb.Pdb.__init__)  # type: ignore[method-assign]
+
+
+def _adapt_ipython_debugger() -> None:
+    """IPython's debugger (what ``ipdb.set_trace()`` runs) as pdb is here: it names a notebook
+    cell as IPython names it, and lets an interrupt end the rank's code (its own command loop
+    catches it and asks again). It reads its commands through ``input()`` already."""
+    module = sys.modules.get("IPython.core.debugger")
+    debugger = getattr(module, "Pdb", None)
+    if debugger is None or getattr(debugger, "_rank_adapted", False):
+        return
+    own_format = debugger.format_stack_entry
+
+    def format_stack_entry(self: Any, frame_lineno: tuple, lprefix: str = ": ") -> str:
+        return _cell_named(self, own_format(self, frame_lineno, lprefix), frame_lineno)
+
+    debugger.format_stack_entry = format_stack_entry
+    debugger._cmdloop = _cmdloop
+    debugger._rank_adapted = True
+
+
+def _adapting(init: Callable[..., None]) -> Callable[..., None]:
+    """``init`` (pdb's), adapting IPython's debugger first if it was loaded since."""
+
+    def __init__(self: pdb.Pdb, *args: Any, **kwargs: Any) -> None:
+        _adapt_ipython_debugger()
+        init(self, *args, **kwargs)
+
+    __init__.adapts = True  # type: ignore[attr-defined]
+    return __init__
 
 
 def _plain_pdb(current: type) -> type:
@@ -223,13 +256,19 @@ def _stop_here(self: pdb.Pdb, frame: Any) -> bool:
 def _format_stack_entry(self: pdb.Pdb, frame_lineno: tuple, lprefix: str = ": ") -> str:
     """pdb's line for a frame, a notebook cell named as IPython names it (``Cell In[7], line 4,
     in f()``)."""
-    text = _bdb_format(self, frame_lineno, lprefix)
+    return _cell_named(self, _bdb_format(self, frame_lineno, lprefix), frame_lineno)
+
+
+def _cell_named(debugger: Any, text: str, frame_lineno: tuple) -> str:
+    """``text``, a debugger's line for a frame, its ``file(line)`` (coloured or not) written as
+    IPython names a cell: ``Cell In[7], line 4, in ``."""
     frame, lineno = frame_lineno
-    filename = self.canonic(frame.f_code.co_filename)
-    name = CELL_NAMES.get(filename) or code_name(filename)
+    filename = debugger.canonic(frame.f_code.co_filename)
+    name = code_name(filename)
     if name == filename:
         return text
-    return text.replace(f"{filename}({lineno})", f"{name}, line {lineno}, in ", 1)
+    place = re.compile(re.escape(filename) + rf"(?:{_ANSI})*\((?:{_ANSI})*{lineno}(?:{_ANSI})*\)")
+    return place.sub(lambda _: f"{name}, line {lineno}, in ", text, count=1)
 
 
 def quit_error(exc: BaseException, rank: int) -> BaseException:
@@ -240,7 +279,12 @@ def quit_error(exc: BaseException, rank: int) -> BaseException:
 
 
 def post_mortem(traceback: Any, rank: int) -> None:
-    """pdb in the frame where this rank's last call failed (``traceback``), with its locals."""
+    """pdb on the frames where this rank's last call failed (``traceback``), with their locals.
+
+    It opens in the innermost frame of the user's own code (a notebook cell, a file of theirs),
+    not in a library's: an error raised inside torch (a shape mismatch in ``nn.Linear``) opens
+    on the user's line that called it, ``model(x)``; ``d`` goes down into the library's frames.
+    """
     if traceback is None:
         raise RuntimeError(
             f"rank {rank} keeps no failure to debug: its last call did not fail, or a call ran "
@@ -248,4 +292,34 @@ def post_mortem(traceback: Any, rank: int) -> None:
         )
     debugger = pdb.Pdb()
     debugger.reset()
+    setup = debugger.setup
+
+    def setup_at_users_frame(frame: Any, tb: Any) -> Any:
+        done = setup(frame, tb)
+        users = [i for i, (f, _) in enumerate(debugger.stack) if not _in_library(f)]
+        if users and users[-1] != debugger.curindex:
+            debugger.curindex = users[-1]
+            debugger.curframe = debugger.stack[users[-1]][0]
+            debugger.curframe_locals = debugger.curframe.f_locals
+        return done
+
+    debugger.setup = setup_at_users_frame  # type: ignore[method-assign]
     debugger.interaction(None, traceback)
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """The folders of code that is not the user's: Python's own, installed packages, this one."""
+    paths = sysconfig.get_paths()
+    dirs = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
+    dirs.update(site.getsitepackages() if hasattr(site, "getsitepackages") else ())
+    dirs.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs)
+
+
+def _in_library(frame: Any) -> bool:
+    filename = frame.f_code.co_filename
+    if filename.startswith("<frozen"):
+        return True
+    if filename.startswith("<"):
+        return False
+    return os.path.realpath(filename).startswith(_library_dirs())

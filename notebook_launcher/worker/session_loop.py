@@ -29,6 +29,7 @@ from ..protocol.context import current_context
 from ..protocol.events import EventBatch
 from ..protocol.session_messages import CellInterrupted, Command, RankBusy, RankIdle
 from ..state import PartialState
+from ..utils import cells
 from . import prompts, stopping
 from .regroup import GroupSockets, held_models, rebind
 from .reporting import failure_event, flush_streams, result_event, send_live
@@ -142,7 +143,7 @@ def _perform(
         if chosen is not None and rank not in chosen:
             return None
         if shown:
-            prompts.CELL_NAMES[filename] = shown
+            cells.NAMES[filename] = shown
         return run_source(source, filename, namespace)
     if command.kind == protocol.PUSH:
         staged.update(body)

@@ -1,5 +1,6 @@
 """A breakpoint in a ``%%distributed`` cell, in JupyterLab: the prompt is the cell's own input box,
-named after the rank; commands typed there reach the rank."""
+named after the rank; commands typed there reach the rank, and the status table says that
+rank is in the debugger while the cell waits."""
 
 from __future__ import annotations
 
@@ -46,6 +47,11 @@ def test_a_breakpoint_in_a_distributed_cell_prompts_in_the_cell(tmp_path, shots)
         cell.locator(".jp-Stdin-input").last.wait_for(timeout=60_000)
         text = output.inner_text()
         assert "[rank1] > Cell In[" in text and "[rank1] -> y = x + 1" in text, text
+        # The status table says which rank the prompt is for, while the cell waits on it.
+        stopped = output.locator('.nl-status tr[data-rank="1"]')
+        stopped.wait_for(timeout=30_000)
+        assert "in debugger" in stopped.inner_text(), output.locator(".nl-status").inner_text()
+        assert "in debugger" not in output.locator('.nl-status tr[data-rank="0"]').inner_text()
         shoot(output, "debugger.png", shots)
         answer(page, cell, "c")
         page.wait_for_function(

@@ -10,7 +10,7 @@ import re
 import time
 
 import pytest
-from helpers.kernelrun import alive, wait_until
+from helpers.kernelrun import alive, strip_ansi, wait_until
 
 pytestmark = pytest.mark.kernel
 
@@ -32,6 +32,19 @@ def train(where):
 def defined(kernel, code: str = LAUNCH) -> None:
     cell = kernel.execute(code, timeout=60, store_history=True)
     assert cell.error() is None, cell.output()
+
+
+def stopped(cell, prompt: str, where: str) -> None:
+    """The cell's next prompt is ``prompt``, and the cell showed ``where`` (a pattern) by then."""
+    assert cell.prompt(PROMPT_WAIT) == prompt, cell.output()
+    assert re.search(where, cell.stream()), cell.output()
+
+
+def printed(cell, command: str, line: str) -> None:
+    """Answer ``command``; the rank's output before the next prompt includes ``line``."""
+    cell.answer(command)
+    cell.prompt(30)
+    assert line in cell.stream().splitlines(), cell.output()
 
 
 def launch(kernel, call: str, **settings) -> object:
@@ -150,6 +163,41 @@ def test_no_stall_is_noticed_or_stops_a_rank_at_a_prompt(kernel):
     assert "no rank has made progress" not in cell.stream(), cell.output()
 
 
+def status_tables(cell) -> list[str]:
+    """The status table's HTML, in the order the cell's widget messages drew it."""
+    tables = []
+    for msg in cell.messages:
+        if msg["msg_type"] not in ("comm_open", "comm_msg"):
+            continue
+        value = msg["content"].get("data", {}).get("state", {}).get("value", "")
+        if isinstance(value, str) and "nl-status" in value:
+            tables.append(value)
+    return tables
+
+
+def rank_row(table: str, rank: int) -> str:
+    match = re.search(rf'<tr class="nl-row[^"]*" data-rank="{rank}".*?</tr>', table)
+    assert match is not None, table
+    return match[0]
+
+
+def test_the_status_table_says_in_debugger_while_the_cell_waits_at_the_prompt(kernel):
+    defined(kernel)
+    cell = launch(kernel, "1", ui="widgets")
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
+    # What the frontend shows while the cell waits is the last table drawn before the prompt.
+    assert "in debugger" in rank_row(status_tables(cell)[-1], 1), status_tables(cell)[-1:]
+    assert "in debugger" not in rank_row(status_tables(cell)[-1], 0)
+    for command in ("p x", "n"):  # the rank answers and asks again at once, every time
+        time.sleep(0.5)
+        cell.answer(command)
+        cell.prompt(30)
+        assert "in debugger" in rank_row(status_tables(cell)[-1], 1), status_tables(cell)[-1:]
+    cell.answer("c")
+    cell.finish(60)
+    assert cell.result() == "[1, 11]", cell.output()
+
+
 def test_a_frontend_without_input_gets_a_clear_error_not_a_hang(kernel):
     defined(kernel)
     blocked = kernel.start("notebook_launcher(train, args=(1,), num_processes=2)")  # no stdin
@@ -204,10 +252,15 @@ SESSION = (
 )
 
 
-def test_breakpoint_in_a_session_cell_then_quit_and_the_session_goes_on(kernel):
+def session_opened(kernel, setup: str = SESSION) -> None:
+    """Load the magics and open a session of 2 ranks with ``setup``."""
     assert kernel.execute("%load_ext notebook_launcher", timeout=30).error() is None
-    ready = kernel.execute(SESSION, timeout=120, store_history=True)
+    ready = kernel.execute(setup, timeout=120, store_history=True)
     assert ready.error() is None, ready.output()
+
+
+def test_breakpoint_in_a_session_cell_then_quit_and_the_session_goes_on(kernel):
+    session_opened(kernel)
     cell = kernel.start(
         "%%distributed\nz = helper(rank * 100)\nz\n", store_history=True, allow_stdin=True
     )
@@ -239,11 +292,14 @@ def test_breakpoint_in_a_session_cell_then_quit_and_the_session_goes_on(kernel):
     assert wait_until(lambda: not alive(pids), 10.0)
 
 
-def test_interrupt_at_a_prompt_in_a_session_keeps_the_session(kernel):
-    assert kernel.execute("%load_ext notebook_launcher", timeout=30).error() is None
-    assert kernel.execute(SESSION, timeout=120, store_history=True).error() is None
+@pytest.mark.parametrize(
+    ("stop", "prompt"),
+    [("breakpoint()", "(Pdb rank 1) "), ("__import__('ipdb').set_trace()", "ipdb rank 1> ")],
+)
+def test_interrupt_at_a_prompt_in_a_session_keeps_the_session(kernel, stop, prompt):
+    session_opened(kernel, SESSION.replace("breakpoint()", stop))
     cell = kernel.start("%%distributed\nhelper(1)\n", store_history=True, allow_stdin=True)
-    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) "
+    assert cell.prompt(PROMPT_WAIT) == prompt, cell.output()
     kernel.km.interrupt_kernel()
     cell.finish(60)
     assert cell.error() is not None and cell.error()["ename"] == "KeyboardInterrupt"
@@ -274,17 +330,81 @@ def test_a_forked_rank_keeps_nothing_of_the_kernels_input_machinery(kernel):
     assert ast.literal_eval(cell.result()) == expected, cell.output()
 
 
-def test_breakpoint_in_a_spawned_rank(kernel):
+def test_breakpoint_in_a_spawned_rank_names_the_cell_and_lists_its_source(kernel):
     defined(kernel)
     cell = launch(kernel, "1", start_method="spawn")
     assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
-    # A function shipped by value has no source file on the rank: the place is named only.
-    assert "[rank1] > " in cell.stream() and "train()" in cell.stream(), cell.output()
+    # The function travels by value, with its cell's name and lines: as a forked rank shows it.
+    assert re.search(r"\[rank1\] > Cell In\[\d+\], line 9, in train\(\)", cell.stream()), (
+        cell.output()
+    )
+    assert "[rank1] -> y = x + 1" in cell.stream(), cell.output()
+    before = len(cell.stream())
+    cell.answer("l")
+    cell.prompt(30)
+    listed = cell.stream()[before:]
+    assert re.search(r"\[rank1\]\s+8\s+breakpoint\(\)", listed), listed
+    assert re.search(r"\[rank1\]\s+9\s+->\s+y = x \+ 1", listed), listed
     cell.answer("p x + 1")
     cell.prompt(30)
     assert "[rank1] 11" in cell.stream().splitlines(), cell.output()
     cell.answer("c")
     cell.finish(60)
+    assert cell.result() == "[1, 11]", cell.output()
+
+
+def test_breakpoint_in_a_spawned_sessions_rank_names_the_cell(kernel):
+    defined(
+        kernel,
+        "import os\n"
+        "from notebook_launcher import Session\n"
+        "session = Session(num_processes=2, start_method='spawn')\n"
+        "def probe(v):\n"
+        "    w = v + int(os.environ['RANK'])\n"
+        "    if w == 6:\n"
+        "        breakpoint()\n"
+        "    return w\n",
+    )
+    cell = kernel.start("session.run(probe, 5).values", store_history=True, allow_stdin=True)
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
+    assert re.search(r"\[rank1\] > Cell In\[\d+\], line 8, in probe\(\)", cell.stream()), (
+        cell.output()
+    )
+    before = len(cell.stream())
+    cell.answer("ll")
+    cell.prompt(30)
+    assert re.search(r"\[rank1\]\s+5\s+w = v \+ int", cell.stream()[before:]), cell.output()
+    cell.answer("c")
+    cell.finish(60)
+    assert cell.result() == "[5, 6]", cell.output()
+    pids = [p.pid for p in kernel.workers()]
+    assert kernel.execute("session.close()", timeout=60).error() is None
+    assert wait_until(lambda: not alive(pids), 10.0), alive(pids)
+
+
+IPDB = LAUNCH.replace("        breakpoint()", "        import ipdb\n        ipdb.set_trace()")
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_ipdb_set_trace_on_a_rank_prompts_in_the_cell(kernel, start_method):
+    defined(kernel, IPDB)
+    cell = launch(kernel, "1", start_method=start_method)
+    assert cell.prompt(PROMPT_WAIT) == "ipdb rank 1> ", cell.output()
+    shown = strip_ansi(cell.stream())
+    # ipdb's own location line and context, with the cell named as pdb names it.
+    assert re.search(r"\[rank1\] > Cell In\[\d+\], line 10, in train\(\)", shown), shown
+    assert re.search(r"\[rank1\] -+> 10\s+y = x \+ 1", shown), shown
+    cell.answer("p x")
+    cell.prompt(30)
+    assert "[rank1] 10" in strip_ansi(cell.stream()).splitlines(), cell.output()
+    cell.answer("n")
+    cell.prompt(30)
+    cell.answer("p y")
+    cell.prompt(30)
+    assert "[rank1] 11" in strip_ansi(cell.stream()).splitlines(), cell.output()
+    cell.answer("c")
+    cell.finish(60)
+    assert cell.error() is None, cell.output()
     assert cell.result() == "[1, 11]", cell.output()
 
 
@@ -300,18 +420,12 @@ FAILING_STEP = (
 
 
 def test_debug_after_a_failed_session_call_opens_on_the_failing_rank(kernel):
-    assert kernel.execute("%load_ext notebook_launcher", timeout=30).error() is None
-    assert kernel.execute(SESSION, timeout=120, store_history=True).error() is None
+    session_opened(kernel)
     failed = kernel.execute(FAILING_STEP, timeout=60, store_history=True)
     assert failed.error() is not None and failed.error()["ename"] == "ValueError", failed.output()
     cell = kernel.start("%debug", store_history=True, allow_stdin=True)
-    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
-    assert re.search(r"\[rank1\] > Cell In\[\d+\], line 5, in step\(\)", cell.stream()), (
-        cell.output()
-    )
-    cell.answer("p out, batch")
-    cell.prompt(30)
-    assert "[rank1] (12, 6)" in cell.stream().splitlines(), cell.output()
+    stopped(cell, "(Pdb rank 1) ", r"\[rank1\] > Cell In\[\d+\], line 5, in step\(\)")
+    printed(cell, "p out, batch", "[rank1] (12, 6)")
     cell.answer("q")
     cell.finish(60)
     assert cell.error() is None, cell.output()
@@ -329,8 +443,7 @@ def test_debug_after_a_failed_session_call_opens_on_the_failing_rank(kernel):
 
 
 def test_pdb_on_opens_the_failing_ranks_frame_in_the_failing_cell(kernel):
-    assert kernel.execute("%load_ext notebook_launcher", timeout=30).error() is None
-    assert kernel.execute(SESSION, timeout=120, store_history=True).error() is None
+    session_opened(kernel)
     assert kernel.execute("%pdb on", timeout=30).error() is None
     cell = kernel.start(FAILING_STEP, store_history=True, allow_stdin=True)
     assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
@@ -410,4 +523,121 @@ def test_pdb_on_without_input_leaves_a_launchs_failure_as_it_is(kernel):
     assert cell.error() is not None, cell.output()
     assert "rank 1 got x=10" in cell.output(), cell.output()
     assert "post-mortem debugger of rank" not in cell.output(), cell.output()
+    assert wait_until(lambda: not kernel.workers(), 10.0), kernel.workers()
+
+
+DDP_SETUP = (
+    "%%distributed -n 2\n"
+    "import torch\n"
+    "from torch.nn.parallel import DistributedDataParallel\n"
+    "from notebook_launcher import PartialState\n"
+    "rank = PartialState().process_index\n"
+    "torch.manual_seed(0)\n"
+    "model = DistributedDataParallel(torch.nn.Linear(8, 2))\n"
+)
+DDP_STEP = (
+    "%%distributed\n"
+    "def train_step(batch):\n"
+    "    x = batch * 2\n"
+    "    out = model(x)\n"
+    "    out.sum().backward()\n"
+    "    return tuple(out.shape)\n"
+    "width = 5 if rank == 1 else 8  # rank 1's batch has the wrong shape\n"
+    "train_step(torch.randn(4, width))\n"
+)
+
+
+def test_debug_after_a_ddp_shape_error_opens_on_the_users_line_in_the_failing_rank(kernel):
+    session_opened(kernel, DDP_SETUP)
+    pids = [p.pid for p in kernel.workers()]
+    kernel.watch(pids)
+    failed = kernel.execute(DDP_STEP, timeout=90, store_history=True)
+    error = failed.error()
+    assert error is not None and error["ename"] == "RuntimeError", failed.output()
+    assert "mat1 and mat2 shapes cannot be multiplied" in failed.traceback(), failed.output()
+    cell = kernel.start("%debug", store_history=True, allow_stdin=True)
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
+    # The user's line that called into torch, not torch's frame that raised.
+    assert re.search(r"\[rank1\] > Cell In\[\d+\], line 4, in train_step\(\)", cell.stream()), (
+        cell.output()
+    )
+    assert "[rank1] -> out = model(x)" in cell.stream(), cell.output()
+    cell.answer("p x.shape, batch.shape")
+    cell.prompt(30)
+    lines = cell.stream().splitlines()
+    assert "[rank1] (torch.Size([4, 5]), torch.Size([4, 5]))" in lines, cell.output()
+    before = len(cell.stream())
+    cell.answer("u")
+    cell.prompt(30)
+    assert re.search(r"\[rank1\] > Cell In\[\d+\], line 8, in <module>\(\)", cell.stream()[before:])
+    cell.answer("p width")
+    cell.prompt(30)
+    assert "[rank1] 5" in cell.stream().splitlines(), cell.output()
+    cell.answer("d")
+    cell.prompt(30)
+    before = len(cell.stream())
+    cell.answer("d")  # down into torch's frames, where the error was raised
+    cell.prompt(30)
+    assert re.search(r"\[rank1\] > \S*torch/nn/", cell.stream()[before:]), cell.output()
+    cell.answer("q")
+    cell.finish(60)
+    assert cell.error() is None, cell.output()
+    # The session goes on with every rank: a right-shaped step trains on both.
+    step = kernel.execute("%%distributed\ntrain_step(torch.randn(4, 8))\n", timeout=60)
+    assert step.result() == "[(4, 2), (4, 2)]", step.output()
+    assert sorted(p.pid for p in kernel.workers()) == sorted(pids)
+    assert kernel.execute("%distributed close", timeout=60).error() is None
+    assert wait_until(lambda: not alive(pids), 10.0), alive(pids)
+
+
+def in_background(kernel, call: str) -> None:
+    """Start ``handle = launch_in_background(...)`` from a cell that takes input."""
+    started = kernel.start(
+        "from notebook_launcher import launch_in_background\n"
+        f"handle = launch_in_background(train, args=({call},), num_processes=2, "
+        "stall_notice=1.0, stall_timeout=2.0, timeout=60.0)\n",
+        store_history=True,
+        allow_stdin=True,
+    )
+    started.finish(60)
+    assert started.error() is None, started.output()
+
+
+def panel_says(kernel, text: str) -> bool:
+    """Whether the lines under the background launch's panel came to include ``text``."""
+    lines = lambda: kernel.execute("'\\n'.join(handle.view.log.lines)", 30).result() or ""  # noqa: E731
+    return bool(wait_until(lambda: text in lines(), PROMPT_WAIT, interval=1.0))
+
+
+def test_a_background_launchs_breakpoint_is_answered_by_the_cell_that_waits_on_it(kernel):
+    defined(kernel)
+    in_background(kernel, "1")
+    # Rank 1 waits at its prompt, longer than the stall limits, and the panel says how to answer.
+    assert panel_says(kernel, "rank 1 is in the debugger: call handle.wait() in a cell to answer")
+    time.sleep(3.0)
+    assert kernel.execute("handle.done", 30).result() == "False"
+    cell = kernel.start("handle.wait(timeout=120).values", store_history=True, allow_stdin=True)
+    # The waiting cell shows where the rank stopped, and what each command prints.
+    stopped(cell, "(Pdb rank 1) ", r"\[rank1\] > Cell In\[\d+\], line 9, in train\(\)")
+    printed(cell, "p x", "[rank1] 10")
+    # Interrupting the waiting cell leaves the rank at its prompt, for the next cell that waits.
+    kernel.km.interrupt_kernel()
+    cell.finish(60)
+    assert cell.error() is not None and cell.error()["ename"] == "KeyboardInterrupt"
+    assert kernel.execute("handle.done", 30).result() == "False"
+    again = kernel.start("handle.wait(timeout=120).values", store_history=True, allow_stdin=True)
+    assert again.prompt(30) == "(Pdb rank 1) ", again.output()
+    again.answer("c")
+    again.finish(60)
+    assert again.error() is None, again.output()
+    assert again.result() == "[1, 11]", again.output()
+    assert wait_until(lambda: not kernel.workers(), 10.0), kernel.workers()
+
+
+def test_stopping_a_background_launch_at_a_prompt_ends_every_rank(kernel):
+    defined(kernel)
+    in_background(kernel, "1")
+    assert panel_says(kernel, "rank 1 is in the debugger")
+    stopped = kernel.execute("handle.stop(timeout=30), handle.status", timeout=60)
+    assert stopped.result() == "(True, 'stopped')", stopped.output()
     assert wait_until(lambda: not kernel.workers(), 10.0), kernel.workers()

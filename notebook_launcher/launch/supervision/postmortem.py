@@ -7,7 +7,7 @@ import sys
 import threading
 from typing import Any
 
-from .prompting import _is_terminal
+from .prompting import cell_takes_input
 
 
 def shell_wants_pdb() -> Any:
@@ -24,13 +24,7 @@ def cell_debugs_failures() -> bool:
     """Whether a launch run now should stop a failing rank in the debugger before it reports:
     the cell has ``%pdb on`` and someone can answer the prompt (the frontend takes input, or a
     terminal runs IPython)."""
-    shell = shell_wants_pdb()
-    if shell is None:
-        return False
-    kernel = getattr(shell, "kernel", None)
-    if kernel is None:
-        return _is_terminal(sys.stdin)
-    return bool(getattr(kernel, "_allow_stdin", True))
+    return shell_wants_pdb() is not None and cell_takes_input()
 
 
 def debugged_on_rank(shell: Any, error: BaseException) -> None:

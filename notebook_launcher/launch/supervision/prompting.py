@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import contextvars
 import getpass
 import re
 import signal
@@ -28,6 +29,7 @@ from ...protocol.prompts import (
     InputReply,
     InputRequest,
     PromptAnswered,
+    PromptShown,
     unavailable_message,
 )
 from ..launchers import WorkerHandle
@@ -70,17 +72,43 @@ class Answerer:
             self.unavailable = NO_INPUT
             raise EOFError from None
 
+    def answered_elsewhere(self) -> str | None:
+        """What the user must do for a prompt to be answered, when nobody answers it now and
+        the cell that runs the launch is not the one that will (shown once per prompt)."""
+        return None
+
+
+# Who answers the prompts of a launch supervised in a background thread (a relay to the cell
+# that waits on it), set in that thread; none: nobody can.
+background_answerer: contextvars.ContextVar[Answerer | None] = contextvars.ContextVar(
+    "background_answerer", default=None
+)
+
 
 def cell_answerer() -> Answerer:
     """The answerer of the code running now: the kernel's ``input()`` in the thread that runs a
-    notebook cell (or in a terminal), nobody in a background thread or without a terminal."""
+    notebook cell (or in a terminal); in the thread of a launch supervised in the background,
+    its relay to the cell that waits on it, if it has one; else nobody."""
     if threading.current_thread() is not threading.main_thread():
-        return Answerer(unavailable=IN_BACKGROUND)
+        return background_answerer.get() or Answerer(unavailable=IN_BACKGROUND)
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     if getattr(shell, "kernel", None) is None and not _is_terminal(sys.stdin):
         return Answerer(unavailable=NO_TERMINAL)
     return Answerer(_read_line)
+
+
+def cell_takes_input() -> bool:
+    """Whether someone can answer a prompt asked now: the code runs in the thread of a notebook
+    cell whose frontend takes input, or in a terminal."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    kernel = getattr(shell, "kernel", None)
+    if kernel is None:
+        return _is_terminal(sys.stdin)
+    return bool(getattr(kernel, "_allow_stdin", True))
 
 
 def _read_line(prompt: str, password: bool) -> str:
@@ -120,7 +148,8 @@ class Prompter:
         group: the worker group (each handle's ``prompt`` is the request it waits on, if any;
             its sink shows the launcher's lines, its pump reads the ranks).
         answerer: who types the lines.
-        before_ask: called just before each prompt (the views redraw).
+        before_ask: called just before each prompt (a tick: the views see the time), before
+            :class:`PromptShown` tells them to draw.
     """
 
     def __init__(
@@ -138,6 +167,7 @@ class Prompter:
         self._told: tuple[int, ...] = ()  # the waiting ranks the cell was last told of
         self._shown: set[int] = set()  # hidden ranks whose output the cell shows now
         self._answered: set[int] = set()  # the ranks the last line went to
+        self._told_where: set[int] = set()  # the ranks whose prompt was said to wait elsewhere
 
     def write(self, text: str) -> None:
         self.group.sink.notice(text, "stdout")
@@ -173,6 +203,8 @@ class Prompter:
         self.group.sink.flush(final=True)
         request: InputRequest = handle.prompt
         self.before_ask()
+        self.group.publish(PromptShown(handle.rank))
+        self._tell_where(handle, request)
         try:
             line = self.answerer.ask(request.label(), request.kind == PASSWORD)
         except EOFError:
@@ -221,6 +253,14 @@ class Prompter:
             )
         self._told = others
 
+    def _tell_where(self, handle: WorkerHandle, request: InputRequest) -> None:
+        where = self.answerer.answered_elsewhere()
+        if where is None or handle.rank in self._told_where:
+            return
+        self._told_where.add(handle.rank)
+        waits = "is in the debugger" if request.kind == DEBUGGER else "waits for input"
+        self.write(f"notebook_launcher: rank {handle.rank} {waits}: {where}")
+
     def _command(self, line: str, waiting: list[WorkerHandle]) -> bool:
         """Act on ``rank N`` / ``ranks ... CMD``; whether ``line`` was one of them."""
         match = _RANK.match(line)
@@ -251,6 +291,7 @@ class Prompter:
     def _send(self, handle: WorkerHandle, reply: InputReply) -> None:
         handle.prompt = None
         self._answered.add(handle.rank)
+        self._told_where.discard(handle.rank)
         handle.answer(reply)
         self.group.publish(PromptAnswered(handle.rank))
 
