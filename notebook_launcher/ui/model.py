@@ -64,6 +64,11 @@ class RankState:
     _progress: tuple[int, float] | None = field(default=None, repr=False)  # (done, elapsed)
     _stepped: tuple[float, float] | None = field(default=None, repr=False)  # (step, time)
 
+    @property
+    def at_prompt(self) -> bool:
+        """Whether it waits at a prompt (a debugger, ``input()``) until the user answers."""
+        return self._notice_since == float("inf")
+
 
 class RunModel:
     """Reduces the events of one launch into per-rank state and metric series.

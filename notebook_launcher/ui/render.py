@@ -20,6 +20,7 @@ COLOURS = {
     RankStatus.FAILED: "#d62728",
     RankStatus.STOPPED: "#6b7280",  # neutral: stopping is not an error (a blamed rank's row says so)
 }
+PROMPT_COLOUR = "#b8860b"  # a rank at a prompt: neither stalled nor failed, waiting for the user
 ERROR = "#d62728"
 BLAMED_ROW = "background:rgba(214,39,40,0.14)"
 BAR_WIDTH = 110  # pixels of a progress bar
@@ -137,9 +138,10 @@ def summary_line(model: RunModel) -> str:
 # -- HTML -------------------------------------------------------------------------------------------
 
 
-def _badge(text: str, state: str) -> str:
+def _badge(text: str, state: str, colour: str | None = None) -> str:
     return (
-        f'<span class="nl-state" style="background:{COLOURS[state]};color:#fff;border-radius:3px;'
+        f'<span class="nl-state" style="background:{colour or COLOURS[state]};color:#fff;'
+        "border-radius:3px;"
         f'padding:0 6px">{text}</span>'
     )
 
@@ -276,11 +278,13 @@ def _row(row: Row, now: float, show_memory: bool, show_node: bool = False) -> st
         step = f"{number(row.low)}–{number(row.high)}"
     rates = sorted(s.rate for s in row.ranks if s.rate is not None)
     rate = rates[len(rates) // 2] if rates and state.state in ACTIVE else None  # the median
-    badge = f"{len(row.ranks)} {state.state}" if many else state.state
+    shown = state.notice if state.at_prompt and state.state in ACTIVE else state.state
+    badge = f"{len(row.ranks)} {shown}" if many else shown
+    colour = PROMPT_COLOUR if shown != state.state else None
     cells = [
         row.label,
         *([clipped_html(state.node, STATUS_CHARS)] if show_node else []),
-        _badge(badge, state.state),
+        _badge(badge, state.state, colour),
         _bar_html(state),
         step,
         number(rate),
@@ -332,7 +336,7 @@ def _details_html(state: RankState) -> str:
         )
     elif state.state == RankStatus.STOPPED and state.stop_reason:
         parts.append(f"<i>stopped: {clipped_html(state.stop_reason, STATUS_CHARS)}</i>")
-    if state.notice and state.state in ACTIVE:
+    if state.notice and state.state in ACTIVE and not state.at_prompt:  # the badge says it
         parts.append(
             f'<span class="nl-notice" style="color:#b8860b">{clipped_html(state.notice, STATUS_CHARS)}</span>'
         )

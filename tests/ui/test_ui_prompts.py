@@ -34,3 +34,21 @@ def test_a_rank_asking_for_input_reads_waiting_for_input():
     started(model)
     model.apply(InputRequest(0, "name? ", INPUT))
     assert model.ranks[0].notice == "waiting for input"
+
+
+def test_the_state_badge_of_a_rank_at_a_prompt_says_so_and_is_not_running():
+    from notebook_launcher.ui.render import status_html
+
+    model = RunModel(2)
+    started(model)
+    model.apply(InputRequest(1, "(Pdb) ", DEBUGGER))
+    model.apply(SupervisorTick(time.monotonic(), ()))
+    page = status_html(model, time.monotonic())
+    row = page[page.index('data-rank="1"') :]
+    row = row[: row.index("</tr>")]
+    assert ">in debugger</span>" in row and ">running</span>" not in row
+    assert row.count("in debugger") == 1  # the badge alone: the details do not repeat it
+    model.apply(PromptAnswered(1))
+    page = status_html(model, time.monotonic())
+    row = page[page.index('data-rank="1"') :]
+    assert ">running</span>" in row[: row.index("</tr>")]
