@@ -93,6 +93,12 @@ def test_srun_lines_tell_each_tasks_end_and_slurms_reason():
     limit = "slurmstepd-n1: error: *** JOB 7 ON n1 CANCELLED AT 2026-12-02T01:59:22 DUE TO TIME LIMIT ***"
     assert "time limit" in endings.slurm_ending(limit)
     assert "n2" in endings.slurm_ending("srun: error: Node failure on n2")
+    assert endings.lost_node("srun: error: Node failure on n2") == "n2"
+    assert endings.lost_node(limit) is None
+    node = "slurmstepd-n1: error: *** STEP 3.0 ON n1 CANCELLED AT 2026-12-02T01:59:22 DUE TO NODE FAILURE ***"
+    assert "n1" not in endings.slurm_ending(node)  # said on the node that survived
+    requeue = "0: slurmstepd-n1: error: *** STEP 1.0 ON n1 CANCELLED AT 2026-12-02T04:54:23 DUE TO JOB REQUEUE ***"
+    assert endings.slurm_ending(requeue).startswith("Slurm requeued job 1 (preempted")
     memory = "slurmstepd-n1: error: Detected 1 oom_kill event in StepId=4.0."
     assert "memory on n1" in endings.slurm_ending(memory)
     limit = (
