@@ -47,7 +47,7 @@ class SlurmCluster:
         mem: memory per node, as ``sbatch --mem`` takes it ("16G").
         time: the job's time limit, as ``sbatch --time`` takes it ("1:00:00").
         time_warning: seconds before the time limit at which Slurm warns the ranks (``--signal``)
-            and the cell says so.
+            and the cell says so; at most half the time limit.
         sbatch_options: more ``sbatch`` options, one per item ("--exclusive", "--mail-type=END").
         setup: shell lines each rank runs before Python starts (``module load ...``,
             ``source venv/bin/activate``).
