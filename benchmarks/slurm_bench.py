@@ -12,8 +12,9 @@ test lane's).
   And submitit running the same function (``AutoExecutor(cluster="slurm")``, 2 nodes x 1 task,
   ``job.results()``; each task sets its process group from submitit's own environment helper),
   when submitit is installed (``pip install -e .[bench]``); skipped otherwise.
-* (b) a rank raises: rank 1 writes ``time.time()`` and raises ``KeyError``; the time until the
-  caller holds the exception.
+* (b) a rank raises: rank 1 writes ``time.time()`` and raises ``KeyError`` while rank 0 goes on
+  working for 20 s; the time until the caller holds the exception (ours, and submitit's
+  ``job.results()`` raising).
 * (c) a warm session call: ``Session(num_processes=2, cluster=...)``, ``session.exec("1")``,
   median of ``--calls``.
 
@@ -47,6 +48,7 @@ from notebook_launcher import (  # noqa: E402
 )
 
 CLUSTER = SlurmCluster(nodes=2, kernel_address="127.0.0.1")
+OTHER_RANK_WORKS = 20  # seconds rank 0 goes on working while rank 1 has raised
 
 FLOOR_SCRIPT = """#!/bin/sh
 #SBATCH --nodes=2
@@ -78,7 +80,30 @@ def raise_on_rank_1(folder: str) -> None:
     if PartialState().process_index == 1:
         Path(folder, "raised").write_text(repr(time.time()))
         raise KeyError("rank 1")
-    time.sleep(60)
+    time.sleep(OTHER_RANK_WORKS)
+
+
+def submitit_raise_on_rank_1(folder: str) -> None:
+    if os.environ["SLURM_PROCID"] == "1":
+        Path(folder, "raised").write_text(repr(time.time()))
+        raise KeyError("rank 1")
+    time.sleep(OTHER_RANK_WORKS)
+
+
+def submitit_raise_time(folder: Path) -> float:
+    import submitit
+
+    executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
+    executor.update_parameters(
+        nodes=2, tasks_per_node=1, cpus_per_task=1, timeout_min=5, slurm_partition="debug"
+    )
+    with tempfile.TemporaryDirectory() as shared:
+        job = executor.submit(submitit_raise_on_rank_1, shared)
+        try:
+            job.results()
+        except Exception:  # submitit's FailedJobError, with the rank's traceback as text
+            return time.time() - float(Path(shared, "raised").read_text())
+    raise AssertionError("no error from submitit")
 
 
 def ours() -> float:
@@ -199,11 +224,13 @@ def main() -> None:
             report["ours_to_submitit"] = report["ours_median"] / report["submitit_median"]
         shutil.rmtree(submitit_folder, ignore_errors=True)
         report["raise_to_exception"] = raise_time()
+        if compare:
+            report["submitit_raise_to_exception"] = submitit_raise_time(submitit_folder)
         report["warm_session_call"] = warm_calls(options.calls)
     finally:
         cluster.stop()
     for name, value in report.items():
-        print(f"{name:>20}: {value:.3f}{'' if 'ratio' in name or '_to_' in name else ' s'}")
+        print(f"{name:>28}: {value:.3f}{'' if 'ratio' in name or '_to_' in name else ' s'}")
     if options.json:
         options.json.write_text(json.dumps(report, indent=2))
 
