@@ -189,8 +189,10 @@ def test_inside_an_allocation_the_ranks_are_a_step_of_it(slurm, monkeypatch):
             assert time.monotonic() < deadline, slurm.jobs()
             time.sleep(0.2)
         monkeypatch.setenv("SLURM_JOB_ID", job)
-        values = on_slurm(where).values
-        assert values == [("n1", job), ("n2", job)]
+        result = on_slurm(where)
+        assert result.values == [("n1", job), ("n2", job)]
+        shown = result.panel.model.job  # the allocation's own job, as the panel shows it
+        assert shown.job == job and shown.text().startswith(f"Slurm job {job} running, ")
         assert any(line.startswith(job) for line in slurm.jobs())  # not ours to cancel
     finally:
         slurm.run("scancel", job, check=False)
