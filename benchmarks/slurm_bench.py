@@ -1,5 +1,6 @@
-"""This project on Slurm against a hand-written ``sbatch`` script, side by side in one run on the same
-local two-node Slurm (munged, slurmctld, slurmd n1 and n2, all on 127.0.0.1; the test lane's).
+"""This project on Slurm against a hand-written ``sbatch`` script and submitit, side by side in one
+run on the same local two-node Slurm (munged, slurmctld, slurmd n1 and n2, all on 127.0.0.1; the
+test lane's).
 
 * (a) start to result: a trivial job (join the process group, one ``all_reduce`` of a 1-element
   tensor) on 2 ranks, one per node, from the call until the caller holds every rank's value:
@@ -8,21 +9,27 @@ local two-node Slurm (munged, slurmctld, slurmd n1 and n2, all on 127.0.0.1; the
   tasks form the group themselves (``MASTER_ADDR`` = the first node, ``RANK`` = ``SLURM_PROCID``)
   and write their values into a shared folder, read back once ``sbatch --wait`` returns. The
   first call of each is reported apart (cold); then the median of ``--repeats`` calls, in turns.
-* (b) a rank raises: rank 1 writes ``time.time()`` and raises ``KeyError``; the time until the
-  caller holds the exception.
+  And submitit running the same function (``AutoExecutor(cluster="slurm")``, 2 nodes x 1 task,
+  ``job.results()``; each task sets its process group from submitit's own environment helper),
+  when submitit is installed (``pip install -e .[bench]``); skipped otherwise.
+* (b) a rank raises: rank 1 writes ``time.time()`` and raises ``KeyError`` while rank 0 goes on
+  working for 20 s; the time until the caller holds the exception (ours, and submitit's
+  ``job.results()`` raising).
 * (c) a warm session call: ``Session(num_processes=2, cluster=...)``, ``session.exec("1")``,
   median of ``--calls``.
 
     python benchmarks/slurm_bench.py [--repeats 3] [--calls 30] [--json out.json]
 
 Needs root (the daemons run as SlurmUser=root) and Debian's ``slurm-wlm`` and ``munge``.
-submitit is not installed here (no new dependency), so it is not measured.
+submitit is a benchmark extra only (``bench``), never a dependency of the package.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -41,6 +48,7 @@ from notebook_launcher import (  # noqa: E402
 )
 
 CLUSTER = SlurmCluster(nodes=2, kernel_address="127.0.0.1")
+OTHER_RANK_WORKS = 20  # seconds rank 0 goes on working while rank 1 has raised
 
 FLOOR_SCRIPT = """#!/bin/sh
 #SBATCH --nodes=2
@@ -72,7 +80,30 @@ def raise_on_rank_1(folder: str) -> None:
     if PartialState().process_index == 1:
         Path(folder, "raised").write_text(repr(time.time()))
         raise KeyError("rank 1")
-    time.sleep(60)
+    time.sleep(OTHER_RANK_WORKS)
+
+
+def submitit_raise_on_rank_1(folder: str) -> None:
+    if os.environ["SLURM_PROCID"] == "1":
+        Path(folder, "raised").write_text(repr(time.time()))
+        raise KeyError("rank 1")
+    time.sleep(OTHER_RANK_WORKS)
+
+
+def submitit_raise_time(folder: Path) -> float:
+    import submitit
+
+    executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
+    executor.update_parameters(
+        nodes=2, tasks_per_node=1, cpus_per_task=1, timeout_min=5, slurm_partition="debug"
+    )
+    with tempfile.TemporaryDirectory() as shared:
+        job = executor.submit(submitit_raise_on_rank_1, shared)
+        try:
+            job.results()
+        except Exception:  # submitit's FailedJobError, with the rank's traceback as text
+            return time.time() - float(Path(shared, "raised").read_text())
+    raise AssertionError("no error from submitit")
 
 
 def ours() -> float:
@@ -80,6 +111,42 @@ def ours() -> float:
     values = notebook_launcher(all_reduce, num_processes=2, cluster=CLUSTER, ui="none").values
     assert values == [2.0, 2.0], values
     return time.perf_counter() - started
+
+
+def submitit_all_reduce() -> float:
+    import submitit
+    import torch
+    import torch.distributed as dist
+
+    submitit.helpers.TorchDistributedEnvironment().export()  # RANK, WORLD_SIZE, MASTER_*
+    os.environ["MASTER_ADDR"] = "127.0.0.1"  # the local cluster's node names do not resolve
+    dist.init_process_group("gloo")
+    total = torch.ones(1)
+    dist.all_reduce(total)
+    dist.destroy_process_group()
+    return total.item()
+
+
+def with_submitit(folder: Path) -> float:
+    import submitit
+
+    executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
+    executor.update_parameters(
+        nodes=2, tasks_per_node=1, cpus_per_task=1, timeout_min=5, slurm_partition="debug"
+    )
+    started = time.perf_counter()
+    values = executor.submit(submitit_all_reduce).results()
+    elapsed = time.perf_counter() - started
+    assert values == [2.0, 2.0], values
+    return elapsed
+
+
+def has_submitit() -> bool:
+    try:
+        import submitit  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def floor(cluster, port: int) -> float:
@@ -137,20 +204,33 @@ def main() -> None:
 
         cloudpickle.register_pickle_by_value(sys.modules[__name__])
         port = 29400
+        submitit_folder = Path(tempfile.mkdtemp(prefix="nl-submitit-"))
+        compare = has_submitit()
         report = {"floor_cold": floor(cluster, port), "ours_cold": ours()}
-        floors, mine = [], []
+        if compare:
+            report["submitit_cold"] = with_submitit(submitit_folder)
+        floors, mine, theirs = [], [], []
         for repeat in range(options.repeats):
             floors.append(floor(cluster, port + 1 + repeat))
             mine.append(ours())
+            if compare:
+                theirs.append(with_submitit(submitit_folder))
         report["floor_median"] = statistics.median(floors)
         report["ours_median"] = statistics.median(mine)
         report["ratio"] = report["ours_median"] / report["floor_median"]
+        if compare:
+            report["submitit_median"] = statistics.median(theirs)
+            report["submitit_ratio"] = report["submitit_median"] / report["floor_median"]
+            report["ours_to_submitit"] = report["ours_median"] / report["submitit_median"]
+        shutil.rmtree(submitit_folder, ignore_errors=True)
         report["raise_to_exception"] = raise_time()
+        if compare:
+            report["submitit_raise_to_exception"] = submitit_raise_time(submitit_folder)
         report["warm_session_call"] = warm_calls(options.calls)
     finally:
         cluster.stop()
     for name, value in report.items():
-        print(f"{name:>20}: {value:.3f}{'' if name == 'ratio' else ' s'}")
+        print(f"{name:>28}: {value:.3f}{'' if 'ratio' in name or '_to_' in name else ' s'}")
     if options.json:
         options.json.write_text(json.dumps(report, indent=2))
 

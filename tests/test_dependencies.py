@@ -33,6 +33,7 @@ NOT_INSTALLED_HERE = {
     "lightning": "lightning",
     "tomli": "tomli",
     "ray": "ray",
+    "submitit": "submitit",
 }
 
 # Which dependency lists each part of the tree may draw from.

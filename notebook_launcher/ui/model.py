@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..protocol.cluster_job import ClusterJob
 from ..protocol.events import (
     OutputLine,
     RankQuiet,
@@ -113,6 +114,7 @@ class RunModel:
         self.ended: float | None = None
         self.version = 0  # changes with anything shown in the status table
         self.metrics_version = 0  # changes with any new metric value
+        self.job: ClusterJob | None = None  # the cluster job the ranks run in, if any
         self._handlers = {
             WorkerStarted: self._started,
             WorkerFinished: self._finished,
@@ -125,6 +127,7 @@ class RunModel:
             RankQuiet: self._quiet,
             InputRequest: self._prompting,
             PromptAnswered: self._answered,
+            ClusterJob: self._job,
         }
 
     # -- reducing ---------------------------------------------------------------------------------
@@ -136,6 +139,10 @@ class RunModel:
             return
         with self.lock:
             handler(event, self.clock() if now is None else now)
+
+    def _job(self, event: ClusterJob, now: float) -> None:
+        self.job = event
+        self.version += 1
 
     def _rank(self, rank: int) -> RankState | None:
         if not isinstance(rank, int) or rank < 0:

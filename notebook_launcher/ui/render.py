@@ -149,7 +149,22 @@ def _badge(text: str, state: str, colour: str | None = None) -> str:
 def _title_html(model: RunModel, now: float) -> str:
     return (
         f'<div class="nl-headline" style="margin:2px 0 4px 0"><b>notebook_launcher</b> · '
-        f"{html.escape(headline(model, now))}</div>"
+        f"{html.escape(headline(model, now))}</div>{_job_html(model)}"
+    )
+
+
+def _job_html(model: RunModel) -> str:
+    """The cluster job's line: queued (state, reason, expected start) or its time left, in the
+    warning colour once near its limit."""
+    job = model.job
+    if job is None:
+        return ""
+    near = job.near_limit()
+    colour = "#b8860b" if near or job.pending else "inherit"
+    return (
+        f'<div class="nl-job" data-state="{html.escape(job.state.lower())}" '
+        f'data-near-limit="{str(near).lower()}" style="margin:0 0 4px 0;color:{colour}">'
+        f"{html.escape(job.text())}{' — near its time limit' if near else ''}</div>"
     )
 
 
@@ -254,7 +269,7 @@ def compact_html(model: RunModel, now: float) -> str:
     ]
     return (
         f'<div class="nl-status nl-compact" data-outcome="{outcome}" '
-        f'style="font-size:12px;margin:2px 0">{" · ".join(parts)}</div>'
+        f'style="font-size:12px;margin:2px 0">{" · ".join(parts)}</div>{_job_html(model)}'
     )
 
 
@@ -358,6 +373,8 @@ def status_text(model: RunModel, now: float) -> str:
     folded into one line above :data:`.folding.FOLD_ABOVE` ranks)."""
     with model.lock:
         lines = [f"notebook_launcher: {headline(model, now)}"]
+        if model.job is not None:
+            lines.append(f"  {model.job.text()}")
         lines += [f"  {bar_text(bar)}" for bar in bar_summaries(model.ranks) if bar.count > 1]
         for row in fold_rows(model.ranks):
             line = _text_row(row.first)

@@ -7,6 +7,7 @@ importable on the nodes.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -188,8 +189,10 @@ def test_inside_an_allocation_the_ranks_are_a_step_of_it(slurm, monkeypatch):
             assert time.monotonic() < deadline, slurm.jobs()
             time.sleep(0.2)
         monkeypatch.setenv("SLURM_JOB_ID", job)
-        values = on_slurm(where).values
-        assert values == [("n1", job), ("n2", job)]
+        result = on_slurm(where)
+        assert result.values == [("n1", job), ("n2", job)]
+        shown = result.panel.model.job  # the allocation's own job, as the panel shows it
+        assert shown.job == job and shown.text().startswith(f"Slurm job {job} running, ")
         assert any(line.startswith(job) for line in slurm.jobs())  # not ours to cancel
     finally:
         slurm.run("scancel", job, check=False)
@@ -272,7 +275,11 @@ def test_a_node_lost_mid_run_is_named(slurm, tmp_path):
             on_slurm(sleep_long, str(tmp_path))
         thread.join()
         print(f"node lost to error: {time.monotonic() - started:.1f} s\n{info.value}")
-        assert "n2" in str(info.value) and "node" in str(info.value)
+        text = str(info.value)
+        assert "Slurm lost the node n2" in text
+        # The rank on the lost node is the failure, not the one Slurm then stopped on n1.
+        assert text.startswith("rank 1 (n2") and "was lost with its node" in text, text
+        assert info.value.failure.rank == 1 and "Stopped because of this failure: rank 0" in text
     finally:
         thread.join()
         slurm.resume("n2")
@@ -364,3 +371,49 @@ def test_a_kernel_killed_while_its_job_is_pending_takes_the_job_with_it(slurm, t
             kernel.kill()
             kernel.wait()
         slurm.run("scancel", blocker, check=False)
+
+
+def sleep_on_first_attempt(folder: str):
+    if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+        Path(folder, os.environ["RANK"]).touch()
+        time.sleep(120)
+    return os.environ["SLURM_JOB_ID"]
+
+
+def test_a_requeued_job_is_named_and_a_restart_runs_in_a_new_job(slurm, tmp_path, capfd):
+    jobs = []
+
+    def requeue():
+        step = _await_step(slurm)
+        _await_ranks(tmp_path)
+        jobs.append(step.split(".")[0])
+        slurm.run("scontrol", "requeue", jobs[-1])
+
+    thread = threading.Thread(target=requeue)
+    thread.start()
+    with pytest.raises(WorkersFailedError) as info:  # no restart: the launch ends, named
+        on_slurm(sleep_long, str(tmp_path))
+    thread.join()
+    assert f"Slurm requeued job {jobs[0]} (preempted" in str(info.value)
+    assert slurm.wait_no_jobs() == []  # the requeued job is not left waiting in the queue
+
+    for path in tmp_path.iterdir():
+        path.unlink()
+    thread = threading.Thread(target=requeue)
+    thread.start()
+    result = on_slurm(sleep_on_first_attempt, str(tmp_path), max_restarts=1)
+    thread.join()
+    assert result.restarts == 1
+    assert len(set(result.values)) == 1 and result.values[0] != jobs[1]  # a new job ran it
+    err = capfd.readouterr().err
+    assert f"Slurm requeued job {jobs[1]} (preempted" in err and "restart 1 of 1" in err
+
+
+def test_the_time_limit_ends_the_job_and_is_named(slurm, tmp_path):
+    cluster = SlurmCluster(nodes=2, time="00:01:00", kernel_address="127.0.0.1", timeout=120)
+    started = time.monotonic()
+    with pytest.raises(WorkersFailedError) as info:
+        on_slurm(sleep_long, str(tmp_path), cluster=cluster)
+    print(f"1-minute job ended after {time.monotonic() - started:.0f} s")
+    assert re.search(r"Slurm ended job \d+: it reached its time limit", str(info.value))
+    assert _rank_processes() == []

@@ -13,14 +13,62 @@ import pytest
 
 from notebook_launcher import Session, SessionBrokenError, SlurmCluster
 
-TWO_NODES = SlurmCluster(nodes=2, kernel_address="127.0.0.1", timeout=120)
+# A 4-minute limit: less than the 5 minutes at which a session warns, from its first call on.
+TWO_NODES = SlurmCluster(nodes=2, time="00:04:00", kernel_address="127.0.0.1", timeout=120)
 
 
-def test_a_session_holds_its_job_across_calls_until_closed(slurm):
-    session = Session(num_processes=2, cluster=TWO_NODES, ui="none")
+def _reaper_pipe() -> str:
+    """The pipe the job's reaper waits on (its stdin), as /proc names it: "pipe:[N]"."""
+    import psutil
+
+    reapers = [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if any(part.endswith("slurm/reaper.py") for part in p.cmdline())
+    ]
+    assert len(reapers) == 1, reapers
+    return os.readlink(f"/proc/{reapers[0].pid}/fd/0")
+
+
+def _fds_of_a_forked_child() -> set[str]:
+    """What a child forked from the kernel (a local rank, a DataLoader worker) holds open."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its descriptors' targets, and go
+        try:
+            targets = []
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    targets.append(os.readlink(f"/proc/self/fd/{fd}"))
+                except OSError:
+                    pass
+            os.write(write, "\n".join(targets).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    chunks = []
+    while chunk := os.read(read, 65536):
+        chunks.append(chunk)
+    os.close(read)
+    os.waitpid(pid, 0)
+    return set(b"".join(chunks).decode().splitlines())
+
+
+def test_a_session_holds_its_job_across_calls_until_closed(slurm, capfd):
+    session = Session(num_processes=2, cluster=TWO_NODES, ui="console")
     try:
         jobs = slurm.jobs()
         assert len(jobs) == 1 and "RUNNING" in jobs[0]
+        job = jobs[0].split()[0]
+        # A child forked from the kernel does not keep the job's reaper waiting.
+        pipe = _reaper_pipe()
+        assert pipe.startswith("pipe:") and pipe not in _fds_of_a_forked_child()
+
+        panel = session.exec("1").panel  # the call's panel: the job's time left, near its limit
+        text = panel.text()
+        assert f"Slurm job {job} running, " in text and " left" in text
+        assert 'data-near-limit="true"' in panel.html()
+        assert f"Slurm job {job} reaches its time limit in " in capfd.readouterr().err
         places = session.exec(
             "import os, torch, torch.distributed as dist\n"
             "x = torch.ones(1) * (dist.get_rank() + 1)\n"

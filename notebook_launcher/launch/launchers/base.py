@@ -141,6 +141,9 @@ class Launcher(ABC):
     ships_by_value: bool = False
     pickle_advice: str = ""
     runs_sessions: bool = True  # whether a Session's workers can be started with it
+    listeners: tuple = ()  # told what the launch's cluster job does (a ClusterJob each time)
+    job_status: Any = None  # the last ClusterJob of a launch on a cluster's job, if any
+    stop_requested: Any = None  # a threading.Event set to stop the launch (a background one)
 
     def __init__(self) -> None:
         self.context = tmp.get_context(self.start_method)

@@ -146,6 +146,7 @@ class Session:
         self._broken: str | None = None
         self._group: WorkerGroup | None = None
         self._rendezvous: Any = None
+        self._launcher: Any = None  # what started the workers (it knows their cluster job)
         self._claimed = False
         self._starts = 0  # each start has its own watcher thread, which ends with it
         self._ending: threading.Thread | None = None  # stopping a broken session's workers
@@ -328,6 +329,7 @@ class Session:
         self._calls = 0
         try:
             launcher, payload = prepared_launcher(plan, _session_function(), ())
+            self._launcher = launcher
             sink = output_sink(plan)
             # This machine: a store in the kernel; a cluster: rank 0's actor hosts it.
             self._rendezvous = open_rendezvous(plan, sink.notice).attempt(0)
@@ -447,6 +449,7 @@ class Session:
                 if self.settings.ui != "none" and kind in (protocol.RUN, protocol.EXEC):
                     view = create_view(self.settings.ui, plan.num_processes, plan.output)
                 group.listeners = (supervisor.on_event, *((view,) if view else ()))
+                _show_job(self._launcher.job_status, view, group.sink)
                 started = time.monotonic()
                 deadline = None if timeout is None else started + timeout
                 group.begin_call(started)
@@ -555,6 +558,18 @@ class Session:
         finally:
             self._lock.release()
         return self._state == "alive"
+
+
+def _show_job(job: Any, view: Any, sink: Any) -> None:
+    """Show the session's cluster job (its time left) in the call's panel, and warn in the
+    cell when it nears its time limit."""
+    if job is None:
+        return
+    if view is not None:
+        view(job)
+    warning = job.warning()
+    if warning is not None:
+        sink.notice(warning)
 
 
 def _watch_idle(ref: weakref.ref, start: int) -> None:

@@ -44,6 +44,8 @@ def launch(
     if cell_debugs_failures():
         plan = dataclasses.replace(plan, post_mortem=True)
     launcher, payload = prepared_launcher(plan, function, args)
+    launcher.listeners = listeners  # the views show where its cluster job stands
+    launcher.stop_requested = stop  # a stop while its cluster job is queued cancels it
     sink = output_sink(plan, streams)
     started = time.monotonic()
     deadline = None if plan.timeout is None else started + plan.timeout

@@ -250,6 +250,12 @@ class Supervisor:
         group = self.group
         group.pump(0)  # whatever else already arrived decides which failure came first
         primary = min(group.with_status(RankStatus.FAILED), key=failure_order)
+        if primary.stopped_from_outside and any(h.status.active for h in self.handles):
+            # Stopped by a signal nobody here sent while others run: let the launcher learn
+            # why (a scheduler ending the job after it lost another node) before blaming it.
+            primary.outside_stop()
+            group.pump(0)
+            primary = min(group.with_status(RankStatus.FAILED), key=failure_order)
         end = self.clock() + DEATH_NOTICE
         while failure_order(primary)[0] and any(h.ending() for h in self.handles):
             left = end - self.clock()
@@ -323,4 +329,7 @@ def failure_order(handle: WorkerHandle) -> tuple[int, float]:
     event = handle.failed
     if event is None:
         return (0, float("-inf"))
-    return (1 if looks_secondary(event.exc_type, event.message) else 0, event.time)
+    # A rank stopped by a signal this kernel never sent (Slurm ending a step after it lost
+    # another node, an administrator) is a bystander of whatever happened elsewhere.
+    secondary = handle.stopped_from_outside or looks_secondary(event.exc_type, event.message)
+    return (1 if secondary else 0, event.time)

@@ -19,6 +19,7 @@ import collections
 import logging
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -27,7 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ....protocol import rank_start, remote_link
+from ....protocol.cluster_job import ClusterJob
 from ....protocol.node_environment import modules_imported
+from ....protocol.rank_start import TIME_WARNING_SIGNAL
 from ....protocol.spec import WorkerSpec
 from ....utils.listening import bind_listener, serve_store
 from ...errors import ClusterError
@@ -70,7 +73,15 @@ class SlurmLauncher(RemoteLauncher):
             check_request(settings, nodes, per_node)
 
     def start_group(self, specs: list[WorkerSpec], payload: Any, now: float) -> list[WorkerHandle]:
-        return StepAttempt(self.plan.cluster).start(specs, payload)
+        return StepAttempt(self.plan.cluster, self.report, self.stop_requested).start(
+            specs, payload
+        )
+
+    def report(self, status: ClusterJob) -> None:
+        """Keep the job's state and tell the launch's listeners (its views)."""
+        self.job_status = status
+        for listener in self.listeners:
+            listener(status)
 
 
 @dataclass(eq=False)
@@ -78,6 +89,10 @@ class SlurmHandle(RemoteHandle):
     """A rank that is a Slurm task: once it proved who it is, it is sent what to run."""
 
     start_message: bytes = b""
+    lost: bool = False  # its node was lost: its process is out of reach, whatever it does
+
+    def ended_as(self) -> str | None:
+        return "lost with its node" if self.lost else super().ended_as()
 
     def connected(self, conn: Any) -> None:
         super().connected(conn)
@@ -104,8 +119,10 @@ class StepAttempt(RemoteAttempt):
     ended, a submitted job cancelled) once every handle is closed, or at once if it cannot
     start."""
 
-    def __init__(self, settings: SlurmCluster) -> None:
+    def __init__(self, settings: SlurmCluster, report: Any = None, stop: Any = None) -> None:
         self.settings = settings
+        self.report = report
+        self.stop = stop  # a threading.Event: set, a queued job is cancelled
         super().__init__()
         self.handles: list[SlurmHandle] = []
         self.allocation: Allocation | None = None
@@ -127,7 +144,9 @@ class StepAttempt(RemoteAttempt):
         settings = self.settings
         try:
             nodes, per_node = settings.layout(len(specs))
-            self.allocation = Allocation.acquire(settings, nodes, per_node, say=_say)
+            self.allocation = Allocation.acquire(
+                settings, nodes, per_node, say=_say, report=self.report, stop=self.stop
+            )
             names = self.allocation.nodes
             self.handles = [
                 new_handle(
@@ -175,12 +194,17 @@ class StepAttempt(RemoteAttempt):
             rank_start.KERNEL_ENV: f"{host}:{port}",
             rank_start.SECRET_ENV: secret.hex(),
             rank_start.ATTEMPT_ENV: str(restart),
-            rank_start.WARNING_ENV: f"{s.time_warning:g}",
+            rank_start.WARNING_ENV: str(s.warning_seconds),
         }
         python = s.python or sys.executable
-        command = [python, "-u", "-m", RANK_ENTRY]
-        if s.setup.strip():
-            command = ["/bin/sh", "-c", f"{s.setup}\nexec {shlex.join(command)}"]
+        # Slurm's warning before the time limit is ignored until the rank is ready for it (an
+        # ignored signal stays ignored across exec): it would kill a rank that is importing.
+        command = [
+            "/bin/sh",
+            "-c",
+            f"trap '' {TIME_WARNING_SIGNAL}\n{s.setup}\n"
+            f"exec {shlex.join([python, '-u', '-m', RANK_ENTRY])}",
+        ]
         args = [
             "srun",
             f"--jobid={self.allocation.job}",
@@ -298,11 +322,24 @@ class StepAttempt(RemoteAttempt):
             why = endings.slurm_ending(line)
             if why is not None and endings.more_telling(self.ending, why) and not self._released:
                 self.ending = why
+            lost = endings.lost_node(line)
+            if lost is not None and not self._released:
+                self._lost(lost, why)
             task, _, text = line.partition(": ")
             self._tails[int(task) if task.strip().isdigit() else -1].append(
                 text if task.strip().isdigit() else line
             )
             logger.info("srun: %s", line)
+
+    def _lost(self, node: str, why: str) -> None:
+        """Slurm lost ``node``: its ranks are over (unreachable, whatever their processes still
+        do there), and they, not the ranks Slurm then stops elsewhere, are the failure."""
+        self.ending = why
+        for handle in self.handles:
+            if handle.node == node and not handle.process.known:
+                handle.process.killed = True  # what it had still to send will not come
+                handle.lost = True
+                self._end(handle, -int(signal.SIGKILL))
 
     def _end(self, handle: SlurmHandle, code: int) -> None:
         death = self.ending if code and self.ending and handle.rank not in self._closed else None

@@ -18,14 +18,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ....protocol.cluster_job import ClusterJob
 from ....protocol.rank_start import TIME_WARNING_SIGNAL
-from ...errors import ClusterError
+from ...errors import ClusterError, LaunchStoppedError
 from . import commands
 
 QUEUE_POLL = 0.5  # seconds between looks at a pending job
 QUIET_QUEUE = 1.0  # seconds a job may be pending before the cell says so
 HOLDER = "exec sleep 2147483647"  # the job's own script: it holds the nodes, the steps do the work
 JOB_NAME = "notebook_launcher"
+_pipes: set[int] = set()  # this kernel's write ends of its reapers' pipes
 
 
 class Allocation:
@@ -36,13 +38,24 @@ class Allocation:
         self.job = job
         self.nodes = nodes
         self.submitted = submitted
+        self.status: ClusterJob | None = None  # what squeue said of it last
         self._reaper = reaper  # (process, write end of its pipe)
         self._released = False
 
     @classmethod
-    def acquire(cls, settings: Any, nodes: int, per_node: int, say: Any = print) -> Allocation:
+    def acquire(
+        cls,
+        settings: Any,
+        nodes: int,
+        per_node: int,
+        say: Any = print,
+        report: Any = None,
+        stop: Any = None,
+    ) -> Allocation:
         """The allocation to run ``nodes`` x ``per_node`` ranks in: this kernel's own, or a new
-        job once it runs (``say`` is told what the queue does meanwhile)."""
+        job once it runs (``say`` is told what the queue does meanwhile, ``report`` each
+        :class:`ClusterJob` state of the job; setting ``stop`` cancels a queued job)."""
+        report = report or (lambda status: None)
         job = os.environ.get("SLURM_JOB_ID")
         if job:
             commands.require("srun")
@@ -52,8 +65,25 @@ class Allocation:
                     f"SlurmCluster(nodes={nodes}): this kernel's allocation (job {job}) has "
                     f"{len(names)} node{'s' if len(names) != 1 else ''} ({', '.join(names)})"
                 )
-            return cls(job, names[:nodes], submitted=False, reaper=_reaper(()))
-        return _submit(settings, nodes, per_node, say)
+            allocation = cls(job, names[:nodes], submitted=False, reaper=_reaper(()))
+            state = allocation.state()
+            if state is not None:
+                report(allocation.seen(state))
+            return allocation
+        return _submit(settings, nodes, per_node, say, report, stop)
+
+    def seen(self, state: commands.JobState) -> ClusterJob:
+        """Keep and return what ``state`` (squeue's word) says of the job."""
+        start = state.start if state.start not in ("", "N/A", "Unknown", "None") else ""
+        self.status = ClusterJob(
+            self.job,
+            state.state,
+            reason=state.reason if state.reason not in ("", "None") else "",
+            expected_start=start,
+            started_at=commands.epoch(state.start),
+            ends_at=commands.epoch(state.end),
+        )
+        return self.status
 
     def watch_step(self, pid: int) -> None:
         """Have the reaper end ``srun`` ``pid`` should the kernel die."""
@@ -74,6 +104,7 @@ class Allocation:
             process, pipe = self._reaper
             if steps_ended:
                 _tell(pipe, b"x")
+            _pipes.discard(pipe)
             os.close(pipe)
             try:
                 process.wait(commands.COMMAND_LIMIT)
@@ -98,7 +129,7 @@ def batch_script(settings: Any, nodes: int, per_node: int) -> str:
         f"--ntasks-per-node={per_node}",
         f"--cpus-per-task={s.cpus_per_task}",
         "--output=/dev/null",
-        f"--signal={TIME_WARNING_SIGNAL}@{int(s.time_warning)}",
+        f"--signal={TIME_WARNING_SIGNAL}@{s.warning_seconds}",
     ]
     for name, value in (
         ("partition", s.partition),
@@ -135,23 +166,27 @@ def check_request(settings: Any, nodes: int, per_node: int) -> None:
         raise ClusterError(f"Slurm refused the job SlurmCluster(...) describes: {error}") from None
 
 
-def _submit(settings: Any, nodes: int, per_node: int, say: Any) -> Allocation:
+def _submit(
+    settings: Any, nodes: int, per_node: int, say: Any, report: Any, stop: Any
+) -> Allocation:
     """Submit the job (the launcher's ``prepare`` checked the request) and wait until it runs."""
     script = batch_script(settings, nodes, per_node)
     with interruptible():
         job = commands.run("sbatch", "--parsable", stdin=script).strip().split(";")[0]
         allocation = Allocation(job, [], submitted=True, reaper=_reaper((job,)))
         try:
-            allocation.nodes = _await_running(allocation, settings, say)
+            allocation.nodes = _await_running(allocation, settings, say, report, stop)
         except BaseException:
             allocation.release()
             raise
     return allocation
 
 
-def _await_running(allocation: Allocation, settings: Any, say: Any) -> list[str]:
-    """The job's nodes once it runs; says each change while it waits (bounded by the queue
-    limit)."""
+def _await_running(
+    allocation: Allocation, settings: Any, say: Any, report: Any, stop: Any
+) -> list[str]:
+    """The job's nodes once it runs; says (and reports) each change while it waits (bounded by
+    the queue limit)."""
     job = allocation.job
     started = time.monotonic()
     shown = None
@@ -162,6 +197,7 @@ def _await_running(allocation: Allocation, settings: Any, say: Any) -> list[str]
                 f"Slurm job {job} ended before it ran ({state[0] if state else 'gone'}"
                 f"{f', {state[1]}' if state and state[1] not in ('', 'None') else ''})"
             )
+        report(allocation.seen(state))  # each look: the views redraw it as they see fit
         if state[0] == "RUNNING":
             if shown is not None:
                 say(f"notebook_launcher: Slurm job {job} is running on {state[2]}")
@@ -171,13 +207,21 @@ def _await_running(allocation: Allocation, settings: Any, say: Any) -> list[str]
             say(text)
             shown = text
         waited = time.monotonic() - started
+        if stop is not None and stop.is_set():
+            raise LaunchStoppedError(
+                f"the launch was stopped on request while Slurm job {job} waited in the queue; "
+                "the job was cancelled"
+            )
         if settings.queue_timeout is not None and waited >= settings.queue_timeout:
             raise ClusterError(
                 f"Slurm job {job} waited {waited:.0f} s in the queue (reason: {state[1]}) and was "
                 f"cancelled: SlurmCluster(queue_timeout={settings.queue_timeout:g}) waits that "
                 "long at most"
             )
-        time.sleep(QUEUE_POLL)
+        if stop is not None:
+            stop.wait(QUEUE_POLL)
+        else:
+            time.sleep(QUEUE_POLL)
 
 
 def _pending_text(job: str, state: tuple[str, str, str, str]) -> str:
@@ -219,7 +263,24 @@ def _reaper(jobs: tuple[str, ...]) -> tuple[subprocess.Popen, int]:
         raise
     finally:
         os.close(read)
+    _pipes.add(write)
     return process, write
+
+
+def _forget_pipes() -> None:
+    """In a child forked from the kernel (a local rank): close the kernel's ends of the
+    reapers' pipes, so that a reaper's pipe ends with the kernel, not with the last of its
+    forked children (a pipe's fd is closed on exec already, but a fork keeps it)."""
+    for fd in list(_pipes):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _pipes.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pipes)
 
 
 def _tell(fd: int, data: bytes) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
+from typing import NamedTuple
 
 from ...errors import ClusterError
 
@@ -51,14 +53,32 @@ def hostnames(nodelist: str) -> list[str]:
     return run("scontrol", "show", "hostnames", nodelist).split()
 
 
-def job_state(job: str) -> tuple[str, str, str, str] | None:
-    """``(state, reason, nodes, expected start)`` of ``job``, or None once squeue no longer
-    shows it."""
-    out = run("squeue", "-h", "-j", job, "-o", "%T|%r|%N|%S", check=False).strip()
+class JobState(NamedTuple):
+    """What squeue says of a job: its state, Slurm's reason, its nodes, its (expected) start
+    and its end (the time limit) as Slurm prints them."""
+
+    state: str
+    reason: str
+    nodes: str
+    start: str
+    end: str
+
+
+def job_state(job: str) -> JobState | None:
+    """What squeue says of ``job``, or None once squeue no longer shows it."""
+    out = run("squeue", "-h", "-j", job, "-o", "%T|%r|%N|%S|%e", check=False).strip()
     if not out:
         return None
-    state, reason, nodes, start = (out.splitlines()[0].split("|") + ["", "", ""])[:4]
-    return state, reason, nodes, start
+    return JobState(*(out.splitlines()[0].split("|") + [""] * 4)[:5])
+
+
+def epoch(stamp: str) -> float | None:
+    """Seconds since the epoch of a Slurm time stamp ("2026-12-02T05:10:00", local time);
+    None for "N/A", "Unknown", "NONE" and the like."""
+    try:
+        return time.mktime(time.strptime(stamp.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
 
 
 def cancel(target: str, signal: str | None = None) -> None:

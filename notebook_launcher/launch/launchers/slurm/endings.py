@@ -40,12 +40,15 @@ def slurm_ending(line: str) -> str | None:
     if found is not None:
         what = "job" if found["what"] == "JOB" else "job step"
         why = (found["why"] or "").strip()
+        job = found["id"].split(".")[0]
         if why == "TIME LIMIT":
-            return f"Slurm ended the {what} {found['id']}: it reached its time limit"
-        if why == "NODE FAILURE":
-            return f"Slurm ended the {what} {found['id']}: its node {found['node']} failed"
+            return f"Slurm ended job {job}: it reached its time limit"
+        if why == "NODE FAILURE":  # said on every node of the step: which one failed is not
+            return f"Slurm ended job {job}: one of its nodes failed"
         if why == "PREEMPTION":
             return f"Slurm ended the {what} {found['id']}: it was preempted"
+        if why == "JOB REQUEUE":
+            return requeued(job)
         if why:
             return f"Slurm ended the {what} {found['id']} ({why.lower()})"
         return f"the Slurm {what} {found['id']} {FROM_OUTSIDE} (scancel, or an administrator)"
@@ -58,6 +61,20 @@ def slurm_ending(line: str) -> str | None:
         said = _STEPD.sub("", line.strip())
         return f"Slurm killed the job step for memory{where}: {said}"
     return None
+
+
+def requeued(job: str) -> str:
+    """The ending of a step whose job Slurm put back in the queue."""
+    return (
+        f"Slurm requeued job {job} (preempted, or scontrol requeue): it ended the ranks and "
+        "put the job back in the queue"
+    )
+
+
+def lost_node(line: str) -> str | None:
+    """The node Slurm lost, if ``line`` is srun's word that one failed."""
+    found = _NODE_FAILURE.search(line)
+    return found["node"] if found is not None else None
 
 
 def more_telling(current: str | None, new: str) -> bool:

@@ -47,7 +47,7 @@ class SlurmCluster:
         mem: memory per node, as ``sbatch --mem`` takes it ("16G").
         time: the job's time limit, as ``sbatch --time`` takes it ("1:00:00").
         time_warning: seconds before the time limit at which Slurm warns the ranks (``--signal``)
-            and the cell says so.
+            and the cell says so; at most half the time limit.
         sbatch_options: more ``sbatch`` options, one per item ("--exclusive", "--mail-type=END").
         setup: shell lines each rank runs before Python starts (``module load ...``,
             ``source venv/bin/activate``).
@@ -164,6 +164,14 @@ class SlurmCluster:
         except OSError:
             return "127.0.0.1"
 
+    @property
+    def warning_seconds(self) -> int:
+        """Seconds before the time limit at which Slurm warns the ranks: ``time_warning``, at
+        most half the time limit (a warning due before the ranks started would reach no one)."""
+        limit = time_limit_seconds(self.time) if self.time is not None else None
+        warning = int(self.time_warning)
+        return warning if limit is None else min(warning, limit // 2)
+
     store_text = "a free port on this kernel's address"  # where the ranks meet (the panel)
 
     @property
@@ -187,6 +195,27 @@ class SlurmCluster:
         if self.gpus_per_node:
             parts.append(f"{self.gpus_per_node} GPUs per node")
         return ", ".join(parts)
+
+
+def time_limit_seconds(text: str) -> int | None:
+    """Seconds of a Slurm time limit ("30", "1:00:00", "2-12", "2-12:30:00"); None for one this
+    cannot read ("infinite" and the like)."""
+    days, _, rest = text.rpartition("-") if "-" in text else ("0", "", text)
+    try:
+        parts = [int(part) for part in rest.split(":")]
+        days_count = int(days)
+    except ValueError:
+        return None
+    if "-" in text:  # days-hours[:minutes[:seconds]]
+        parts += [0] * (3 - len(parts))
+        hours, minutes, seconds = parts[:3]
+    elif len(parts) == 1:  # minutes
+        hours, minutes, seconds = 0, parts[0], 0
+    elif len(parts) == 2:  # minutes:seconds
+        hours, minutes, seconds = 0, parts[0], parts[1]
+    else:
+        hours, minutes, seconds = parts[:3]
+    return ((days_count * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def _word(name: str, value: object) -> None:
