@@ -2,7 +2,8 @@
 
 Building an optimizer pulls in ``torch._dynamo`` (about a second, more on a busy machine); done in
 the kernel before forking, no worker pays it. In a Jupyter kernel these imports start in a
-background thread right after ``import notebook_launcher``, so a launch made a few seconds later
+background thread right after ``import notebook_launcher``, after ``ipywidgets``, which the first
+launch's panel needs (0.3-0.5 s, most of a first launch), so a launch made a few seconds later
 pays nothing. No fork may happen while that thread holds an import lock (the child would inherit a
 lock nobody releases), so every fork of this process first waits for it: the launcher joins it,
 and a fork hook does for anyone else's fork (a DataLoader's workers, say).
@@ -22,14 +23,16 @@ from ...protocol.names import WORKER_ENTRY
 logger = logging.getLogger(__name__)
 
 WARM_IMPORTS = ("torch._dynamo", WORKER_ENTRY.partition(":")[0])
+# Imported first, and only in a kernel: what the first launch's live panel needs.
+KERNEL_IMPORTS = ("ipywidgets",)
 JOIN_LIMIT = 120.0  # seconds; the imports take a few
 
 _thread: threading.Thread | None = None
 _lock = threading.Lock()
 
 
-def _import_all() -> None:
-    for name in WARM_IMPORTS:
+def _import_all(names: tuple[str, ...] = WARM_IMPORTS) -> None:
+    for name in names:
         if name not in sys.modules:
             try:
                 importlib.import_module(name)
@@ -51,9 +54,12 @@ def start_in_background() -> bool:
     if os.environ.get("NOTEBOOK_LAUNCHER_WARMUP", "1").strip() == "0":
         return False
     with _lock:
-        if _thread is not None or all(name in sys.modules for name in WARM_IMPORTS):
+        names = KERNEL_IMPORTS + WARM_IMPORTS
+        if _thread is not None or all(name in sys.modules for name in names):
             return False
-        _thread = threading.Thread(target=_import_all, name="notebook_launcher-warmup", daemon=True)
+        _thread = threading.Thread(
+            target=_import_all, args=(names,), name="notebook_launcher-warmup", daemon=True
+        )
         _thread.start()
     return True
 
