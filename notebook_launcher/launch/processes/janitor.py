@@ -65,6 +65,14 @@ def watch(pid: int) -> None:
             _send(f"{pid} {start}\n")
 
 
+def start() -> None:
+    """Start this process's janitor now if none runs (a kernel does so right after the package's
+    import, in the background, so that its first launch does not pay for it)."""
+    with _lock:
+        if not _running():
+            _start()
+
+
 def _gone(pid: int, start: int) -> bool:
     try:
         return shared_files.process_start(pid) != start

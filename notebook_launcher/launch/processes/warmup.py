@@ -3,10 +3,11 @@
 Building an optimizer pulls in ``torch._dynamo`` (about a second, more on a busy machine); done in
 the kernel before forking, no worker pays it. In a Jupyter kernel these imports start in a
 background thread right after ``import notebook_launcher``, after ``ipywidgets``, which the first
-launch's panel needs (0.3-0.5 s, most of a first launch), so a launch made a few seconds later
-pays nothing. No fork may happen while that thread holds an import lock (the child would inherit a
-lock nobody releases), so every fork of this process first waits for it: the launcher joins it,
-and a fork hook does for anyone else's fork (a DataLoader's workers, say).
+launch's panel needs (0.1-0.5 s, most of a first launch), and the janitor process (see
+:mod:`.janitor`) is started, so a launch made a few seconds later pays nothing. No fork may happen
+while that thread holds an import lock (the child would inherit a lock nobody releases), so every
+fork of this process first waits for it: the launcher joins it, and a fork hook does for anyone
+else's fork (a DataLoader's workers, say).
 ``NOTEBOOK_LAUNCHER_WARMUP=0`` turns the background start off.
 """
 
@@ -19,6 +20,7 @@ import sys
 import threading
 
 from ...protocol.names import WORKER_ENTRY
+from . import janitor
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +42,15 @@ def _import_all(names: tuple[str, ...] = WARM_IMPORTS) -> None:
                 logger.debug("warm-up import of %s failed", name, exc_info=True)
 
 
+def _warm_kernel() -> None:
+    _import_all(KERNEL_IMPORTS)
+    try:
+        janitor.start()
+    except Exception:  # the first launch starts it otherwise
+        logger.debug("the janitor did not start early", exc_info=True)
+    _import_all(WARM_IMPORTS)
+
+
 def in_interactive_kernel() -> bool:
     """Whether this process is a Jupyter kernel (not a script, a test run or a worker)."""
     ipython = sys.modules.get("IPython")
@@ -54,11 +65,12 @@ def start_in_background() -> bool:
     if os.environ.get("NOTEBOOK_LAUNCHER_WARMUP", "1").strip() == "0":
         return False
     with _lock:
-        names = KERNEL_IMPORTS + WARM_IMPORTS
-        if _thread is not None or all(name in sys.modules for name in names):
+        if _thread is not None or all(
+            name in sys.modules for name in KERNEL_IMPORTS + WARM_IMPORTS
+        ):
             return False
         _thread = threading.Thread(
-            target=_import_all, args=(names,), name="notebook_launcher-warmup", daemon=True
+            target=_warm_kernel, name="notebook_launcher-warmup", daemon=True
         )
         _thread.start()
     return True
