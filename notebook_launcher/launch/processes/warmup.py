@@ -3,7 +3,7 @@
 Building an optimizer pulls in ``torch._dynamo`` (about a second, more on a busy machine); done in
 the kernel before forking, no worker pays it. In a Jupyter kernel these imports start in a
 background thread right after ``import notebook_launcher``, after ``ipywidgets``, which the first
-launch's panel needs (0.1-0.5 s, most of a first launch), and the janitor process (see
+launch's panel needs (0.05-0.45 s: most of what a first launch paid more), and the janitor (see
 :mod:`.janitor`) is started, so a launch made a few seconds later pays nothing. No fork may happen
 while that thread holds an import lock (the child would inherit a lock nobody releases), so every
 fork of this process first waits for it: the launcher joins it, and a fork hook does for anyone
