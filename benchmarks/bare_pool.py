@@ -32,6 +32,8 @@ def _serve(rank: int, n: int, port: int, commands, answers) -> None:
             data = commands.recv_bytes()
         except EOFError:
             break
+        if not data:  # close(): workers forked later hold this pipe too, so no EOF comes
+            break
         function, args = cloudpickle.loads(data)
         answers.send_bytes(pickle.dumps(function(*args), protocol=pickle.HIGHEST_PROTOCOL))
     dist.destroy_process_group()
@@ -69,6 +71,7 @@ class BarePool:
 
     def close(self) -> None:
         for command in self.commands:
+            command.send_bytes(b"")
             command.close()
         for process in self.processes:
             process.join(10)

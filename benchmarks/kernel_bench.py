@@ -94,11 +94,19 @@ class Kernel:
         process = getattr(self.km.provisioner, "process", None)
         return process.pid if process else None
 
-    def run(self, code: str, timeout: float = CELL_TIMEOUT, streams: list | None = None) -> str:
+    def run(
+        self,
+        code: str,
+        timeout: float = CELL_TIMEOUT,
+        streams: list | None = None,
+        counts: dict | None = None,
+    ) -> str:
         """Run ``code``; what it printed on stdout. ``streams`` gets every stream message's
-        (name, text) in order."""
+        (name, text) in order; ``counts`` counts the cell's IOPub messages by type."""
         out = []
         for kind, content in self.replies(self.kc.execute(code), timeout, code):
+            if counts is not None:
+                counts[kind] = counts.get(kind, 0) + 1
             if kind == "stream" and streams is not None:
                 streams.append((content["name"], content["text"]))
             if kind == "stream" and content["name"] == "stdout":

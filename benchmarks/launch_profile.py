@@ -59,6 +59,7 @@ def install() -> None:
     """Wrap the kernel's and the workers' steps (the workers inherit this by fork)."""
     from notebook_launcher.launch import api
     from notebook_launcher.launch.launchers.base import Launcher
+    from notebook_launcher.launch.planning import entry
     from notebook_launcher.launch.rendezvous.local import LocalAttempt
     from notebook_launcher.launch.supervision import runner
     from notebook_launcher.launch.supervision.group import WorkerGroup
@@ -66,7 +67,7 @@ def install() -> None:
     from notebook_launcher.protocol.events import WorkerFinished
     from notebook_launcher.worker import bootstrap, exit_barrier
 
-    _wrap(api, "run_preflight", "k preflight", "k preflight done")
+    _wrap(entry, "run_preflight", "k preflight", "k preflight done")
     _wrap(api, "create_view", None, "k view made")
     _wrap(runner, "open_rendezvous", "k store", "k store made")
     _wrap(Launcher, "start_group", "k forking", "k forked")

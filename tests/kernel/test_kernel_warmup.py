@@ -15,6 +15,10 @@ deadline = time.monotonic() + 60
 while "torch._dynamo" not in sys.modules and time.monotonic() < deadline:
     time.sleep(0.05)
 print("warm-up thread:", bool(started), "| dynamo imported without a launch:", "torch._dynamo" in sys.modules)
+import psutil
+print("widgets imported without a launch:", "ipywidgets" in sys.modules)
+janitors = [p for p in psutil.Process().children() if "janitor.py" in " ".join(p.cmdline())]
+print("janitors without a launch:", len(janitors))
 """
 
 FORK_AT_ONCE = r"""
@@ -34,6 +38,10 @@ def test_import_starts_the_warm_up_in_the_background(kernel):
     cell = kernel.execute(CHECK, timeout=90)
     assert cell.error() is None, cell.traceback()
     assert "warm-up thread: True | dynamo imported without a launch: True" in cell.stream()
+    # The first launch's panel needs ipywidgets: imported first, so a launch soon after pays none.
+    assert "widgets imported without a launch: True" in cell.stream()
+    # ... and the janitor, which the first launch would start otherwise.
+    assert "janitors without a launch: 1" in cell.stream()
 
 
 def test_forks_right_after_the_import_wait_for_the_warm_up(kernel):
@@ -49,3 +57,5 @@ def test_warm_up_can_be_turned_off(kernel):
     )
     assert cell.error() is None, cell.traceback()
     assert "warm-up thread: False | dynamo imported without a launch: False" in cell.stream()
+    assert "widgets imported without a launch: False" in cell.stream()
+    assert "janitors without a launch: 0" in cell.stream()
