@@ -12,6 +12,9 @@ import html
 from ..protocol.status import RankStatus
 from .folding import BarSummary, Row, bar_summaries, fold_rows
 from .model import ACTIVE, RankState, RunModel
+from .texts import ago, clip, clipped_html, fraction, memory, number
+
+__all__ = ["ago", "clip", "clipped_html", "memory", "number", "status_html", "status_text"]
 
 COLOURS = {
     RankStatus.STARTING: "#8c8c8c",
@@ -30,61 +33,6 @@ LINE_CHARS = 60  # characters of a rank's latest output line shown in its row
 ERROR_CHARS = 160
 STATUS_CHARS = 60
 SUMMARY_CHARS = 120  # characters of a failed rank's error in the one-line summary
-
-
-def ago(seconds: float | None) -> str:
-    """How long ago, in coarse steps so that a quiet rank's row does not change every redraw."""
-    if seconds is None:
-        return ""
-    if seconds < 1:
-        return "now"
-    if seconds < 60:
-        return f"{int(seconds)} s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def number(value: float | None) -> str:
-    """A step or a rate: whole numbers plainly, others with 3 significant digits."""
-    if value is None:
-        return ""
-    if float(value).is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return f"{value:.3g}"
-
-
-def memory(nbytes: int | None) -> str:
-    if nbytes is None:
-        return ""
-    if nbytes >= 1 << 30:
-        return f"{nbytes / (1 << 30):.1f} GiB"
-    return f"{nbytes / (1 << 20):.0f} MiB"
-
-
-def fraction(state: RankState) -> float | None:
-    if state.done is None or not state.total:
-        return None
-    return max(0.0, min(1.0, state.done / state.total))
-
-
-def clip(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` characters, at a word boundary where one is near."""
-    if len(text) <= limit:
-        return text
-    cut = text[: limit - 1]
-    space = cut.rfind(" ")
-    if space >= limit * 2 // 3:
-        cut = cut[:space]
-    return cut.rstrip() + "…"
-
-
-def clipped_html(text: str, limit: int) -> str:
-    """Escaped ``text``, cut with an ellipsis; when cut, wrapped in a span titled with all of it."""
-    shown = clip(text, limit)
-    if shown == text:
-        return html.escape(text)
-    return f'<span title="{html.escape(text)}">{html.escape(shown)}</span>'
 
 
 def counts_text(model: RunModel) -> str:
