@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 from helpers.jupyterlab import notebook_page, poll, shoot
 
+from notebook_launcher.ui.folding import MAX_ROWS
+
 pytestmark = pytest.mark.browser
 
 SETUP = """\
@@ -85,7 +87,9 @@ def test_eight_and_sixty_four_ranks_read_as_one_cell_each(tmp_path, shots):
         many = page.locator(".jp-Cell").nth(2)
         many.locator(".nl-live .nl-status tr.nl-row").first.wait_for(timeout=120_000)
         rows = many.locator(".nl-live .nl-status").first.locator("tr.nl-row")
-        assert rows.count() <= 4, rows.all_inner_texts()
+        # Ranks that started late on a busy machine may be some steps behind: a row per step
+        # they are at, never more than MAX_ROWS (one screen), never a row per rank.
+        assert rows.count() <= MAX_ROWS, rows.all_inner_texts()
         panel = many.locator(".nl-live")
         poll(page, MEAN_POINTS, None, lambda n: n >= 8, timeout=60)
         box = panel.bounding_box()
