@@ -124,7 +124,7 @@ def synchronize_rng_states(rng_types: Iterable[str | RNGType], generator: Any = 
         start += state.numel()
 
 
-def synchronize_rng_state(rng_type: str | RNGType | None = None, generator: Any = None) -> None:
+def synchronize_rng_state(rng_type: str | RNGType | None, generator: Any = None) -> None:
     """Give every process the random state of process 0 for one generator.
 
     Args:
@@ -136,7 +136,7 @@ def synchronize_rng_state(rng_type: str | RNGType | None = None, generator: Any 
         >>> torch.rand(1)  # the same number on every process
 
     Note:
-        ``rng_type=None`` means "generator" when a generator is given, else "torch"
-        (Accelerate fails on None).
+        ``rng_type`` is required, as in Accelerate 1.16 and later. ``None`` means
+        "generator" when a generator is given, else "torch" (Accelerate fails on None).
     """
     synchronize_rng_states([_rng_type(rng_type, generator)], generator)

@@ -60,7 +60,7 @@ def test_synchronize_in_one_process_changes_nothing():
     generator = torch.Generator().manual_seed(5)
     torch.manual_seed(3)
     state, gen_state = torch.get_rng_state(), generator.get_state()
-    ops.synchronize_rng_state()
+    ops.synchronize_rng_state("torch")
     ops.synchronize_rng_state(RNGType.GENERATOR, generator)
     ops.synchronize_rng_states(["torch", "generator"], generator=generator)
     assert torch.equal(torch.get_rng_state(), state)
@@ -100,11 +100,11 @@ def seeded():
     out["device_specific"] = draws()
 
     torch.manual_seed(1000 + rank)  # every rank diverges ...
-    ops.synchronize_rng_state()  # ... until rank 0's torch state is everyone's
+    ops.synchronize_rng_state(None)  # ... until rank 0's torch state is everyone's
     out["synced_torch"] = torch.rand(3).tolist()
 
     generator = torch.Generator().manual_seed(2000 + rank)
-    ops.synchronize_rng_state(generator=generator)  # rng_type None with a generator
+    ops.synchronize_rng_state(None, generator=generator)  # rng_type None with a generator
     out["synced_generator"] = torch.rand(3, generator=generator).tolist()
 
     torch.manual_seed(3000 + rank)
