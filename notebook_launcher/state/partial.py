@@ -7,6 +7,8 @@ from typing import Any
 import torch
 
 from ..backends import detect_backend
+from ..protocol import joined
+from ..protocol.context import current_context
 from ..utils.enums import DistributedType
 from ..utils.replicas import ReplicaLocalDict
 from ..utils.validation import check_bool, invalid
@@ -65,7 +67,21 @@ def _init_process_group(backend: Any, topo: Topology, options: StateOptions) -> 
     backend.set_device(device)
     settings.setdefault("init_method", "env://")
     dist.init_process_group(name, rank=topo.rank, world_size=topo.world_size, **settings)
+    _mark_joined(dist, name)
     return name
+
+
+def _mark_joined(dist: Any, name: str) -> None:
+    """In a launched worker, record in the job's store that this rank's gloo group is connected
+    to every peer (see ``protocol/joined.py``): a rank done early then need not wait for the
+    others before it exits. Best effort: unmarked, the others are waited for."""
+    context = current_context()
+    if context is None or name != "gloo" or not joined.connects_at_init():
+        return
+    try:
+        joined.mark(dist.distributed_c10d._get_default_store(), context.restart_count)
+    except Exception:  # the store is the launcher's: a failure here only costs the wait
+        pass
 
 
 class PartialState(ProcessControl):

@@ -6,6 +6,12 @@ fails with "Connection closed by peer", although nothing went wrong. So a rank t
 failed marks itself done in the job's store and waits until every rank has, as torch elastic
 does, before the group is destroyed and the process ends.
 
+No wait is needed once every rank's gloo group is connected to all its peers: each rank whose
+group the package's state created marks itself so in the store (see ``protocol/joined.py``), and a
+rank that finds every rank marked leaves at once, as a plain process would, instead of every rank
+waking together at the end (on a machine with fewer cores than ranks, their exits then pile up).
+It still counts itself, for the ranks that are waiting.
+
 The wait only ever delays the end of a rank that is finished: its result or failure has already
 been sent to the kernel, which stops every rank as soon as one fails (a signal, which ends the
 wait here), so the bound is only a backstop.
@@ -25,6 +31,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from ..protocol import joined
 from . import stopping
 
 logger = logging.getLogger(__name__)
@@ -54,11 +61,21 @@ def wait_for_all_ranks(restart_count: int) -> None:
         if store.add(count_key, 1) >= world_size:
             store.set(done_key, "1")  # the last rank: the others wake up
             return
+        if _all_connected(store, restart_count, world_size):
+            return  # nobody is still setting the group up: leave now, as a plain process would
         _wait_until_done(store, done_key)
     except (KeyboardInterrupt, SystemExit):
         pass  # stopped by the kernel while waiting: the result is in, exit without a traceback
     except Exception as exc:  # the store went away with the kernel (or the job ended)
         logger.debug("exit barrier ended early: %r", exc)
+
+
+def _all_connected(store: Any, restart_count: int, world_size: int) -> bool:
+    """Whether every rank's gloo group is known to be connected to all its peers (each marked
+    itself once through ``init_process_group``, see ``protocol/joined.py``)."""
+    import torch.distributed as dist
+
+    return dist.get_backend() == "gloo" and joined.everyone(store, restart_count, world_size)
 
 
 def _default_group() -> tuple[Any, int, int] | None:

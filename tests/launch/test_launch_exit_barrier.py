@@ -1,6 +1,6 @@
-"""The exit barrier: a rank that returned (or failed) waits for every rank of the job before it
-destroys the process group, so a slower peer still setting the group up is never cut off, and a
-rank that fails is reported as promptly as ever."""
+"""The exit barrier: a rank that returned waits for every rank of the job before it destroys the
+process group, unless every rank is known to be through the group's set-up, so a slower peer still
+setting the group up is never cut off, and a rank that fails is reported as promptly as ever."""
 
 from __future__ import annotations
 
@@ -42,12 +42,17 @@ def returns_right_after_joining():
     return state.process_index
 
 
-def returns_while_peer_computes():
-    state = PartialState()
-    reduce(torch.ones(4))  # both ranks: the shared-memory exchange (or gloo) is used once
-    pids = [None] * state.num_processes
+def returns_while_peer_computes(joins_with):
+    if joins_with == "PartialState":  # the package's state marks the rank as connected
+        PartialState()
+        reduce(torch.ones(4))  # both ranks: the shared-memory exchange (or gloo) is used once
+    else:  # user code makes the group: nobody marks it, so a rank that is done waits
+        dist.init_process_group("gloo")
+        dist.all_reduce(torch.ones(4))
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    pids = [None] * world_size
     dist.all_gather_object(pids, os.getpid())
-    if state.process_index == 0:
+    if rank == 0:
         return "returned"
     _busy(PEER_WORK)  # computes, in no collective: not a deadlock
     return _running(pids[0])
@@ -116,16 +121,29 @@ def test_a_rank_that_returns_right_after_joining_does_not_break_a_slower_peers_s
     assert not failures, f"{len(failures)} of {LAUNCHES} launches failed: {failures}"
 
 
-@pytest.mark.parametrize("exchange", ["shared memory", "gloo"])
-def test_a_rank_that_returned_waits_for_a_peer_that_computes(monkeypatch, exchange):
+@pytest.mark.parametrize(
+    ("joins_with", "exchange", "waited"),
+    [
+        ("PartialState", "shared memory", False),
+        ("PartialState", "gloo", False),
+        ("init_process_group", "gloo", True),
+    ],
+)
+def test_a_rank_that_returned_waits_only_for_a_peer_not_known_to_be_connected(
+    monkeypatch, joins_with, exchange, waited
+):
     if exchange == "gloo":
         monkeypatch.setenv(shared_memory.ENV_SWITCH, "0")
     elif not shared_memory.supported():
         pytest.skip("the shared-memory exchange is x86-64 only")
-    result = launch(returns_while_peer_computes, num_processes=2, ui="none", timeout=120)
+    result = launch(
+        returns_while_peer_computes, args=(joins_with,), num_processes=2, ui="none", timeout=120
+    )
 
-    # Rank 1 saw rank 0's process still there once it had computed: rank 0 waited for it.
-    assert result.values == ["returned", True]
+    # Rank 1 looks for rank 0's process once it has computed: with every rank's group made by
+    # PartialState (so marked connected) rank 0 has left, as a plain process would; with a group
+    # the function made itself, rank 0 waited for rank 1.
+    assert result.values == ["returned", waited]
 
 
 @pytest.mark.parametrize(

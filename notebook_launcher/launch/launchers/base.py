@@ -194,6 +194,8 @@ class Launcher(ABC):
             raise
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        # Their files go with this kernel, should it be killed; told once for the whole group.
+        janitor.watch(*(handle.pid for handle in handles))
         return handles
 
     def start(self, spec: WorkerSpec, payload: Any, now: float) -> WorkerHandle:
@@ -214,7 +216,6 @@ class Launcher(ABC):
         )
         try:
             process.start()
-            janitor.watch(process.pid)  # its files go with this kernel, should it be killed
         except BaseException:
             for conn in (events_r, out_r, err_r, commands_w, replies_w):
                 if conn is not None:

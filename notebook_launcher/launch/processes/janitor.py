@@ -47,24 +47,31 @@ _watched: dict[int, int] = {}  # worker pid -> its start time, sent to the janit
 _prune_at = PRUNE_FROM
 
 
-def watch(pid: int) -> None:
-    """Have this process's janitor (started now if there is none) wait for worker ``pid`` before
-    its last look, should this process die. Never raises: the janitor is housekeeping, and a
-    launch reclaims the files of kernels that died without one (see ``shared_files.reclaim_orphans``)."""
-    try:
-        start = shared_files.process_start(pid)
-    except OSError:
+def watch(*pids: int) -> None:
+    """Have this process's janitor (started now if there is none) wait for the workers ``pids``
+    before its last look, should this process die. A launch tells it about all its workers at
+    once, once they are started: each line written wakes the janitor, which then competes with
+    the kernel and the starting workers for the CPU. Never raises: the janitor is housekeeping,
+    and a launch reclaims the files of kernels that died without one (see
+    ``shared_files.reclaim_orphans``)."""
+    started: dict[int, int] = {}
+    for pid in pids:
+        try:
+            start = shared_files.process_start(pid)
+        except OSError:
+            continue
+        if start is not None:  # None: already gone, it names no more files after this kernel
+            started[pid] = start
+    if not started:
         return
-    if start is None:
-        return  # already gone: it names no more files after this kernel
     global _prune_at
     with _lock:
         _prune_at = _prune(_watched, _prune_at)
-        _watched[pid] = start
+        _watched.update(started)
         if not _running():
             _start()  # tells it every pid watched so far
         else:
-            _send(f"{pid} {start}\n")
+            _send("".join(f"{pid} {start}\n" for pid, start in started.items()))
 
 
 def start() -> None:
