@@ -92,6 +92,7 @@ def _forward_kernel_stream(old: Any, new: Any) -> None:
     the kernel's ``sys.stdout``/``sys.stderr``. In a forked worker ipykernel's copy would publish
     straight to the notebook, unlabelled and in fragments mixed with other ranks' output.
     """
+    old = getattr(old, "__wrapped__", old)  # forked while the kernel deferred its flushes
     iostream = sys.modules.get("ipykernel.iostream")
     if iostream is None or not isinstance(old, iostream.OutStream):
         return

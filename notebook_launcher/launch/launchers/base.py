@@ -18,7 +18,7 @@ from ...protocol.spec import WorkerSpec
 from ...protocol.status import RankStatus
 from ..errors import WorkersNotStartedError
 from ..planning.plan import LaunchPlan
-from ..processes import janitor
+from ..processes import flushing, janitor
 from ..processes.process_tree import kill_tree
 
 
@@ -182,8 +182,9 @@ class Launcher(ABC):
         # bootstrap unblocks it once the handler is in place.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {STACK_DUMP_SIGNAL})
         try:
-            for spec in specs:
-                handles.append(self.start(spec, payload, now))
+            with flushing.flushed_once():
+                for spec in specs:
+                    handles.append(self.start(spec, payload, now))
         except OSError as error:
             for handle in handles:
                 handle.discard()
