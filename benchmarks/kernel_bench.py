@@ -100,13 +100,17 @@ class Kernel:
         timeout: float = CELL_TIMEOUT,
         streams: list | None = None,
         counts: dict | None = None,
+        arrivals: list | None = None,
     ) -> str:
         """Run ``code``; what it printed on stdout. ``streams`` gets every stream message's
-        (name, text) in order; ``counts`` counts the cell's IOPub messages by type."""
+        (name, text) in order; ``counts`` counts the cell's IOPub messages by type;
+        ``arrivals`` gets each one's (type, ``time.monotonic()`` when the client read it)."""
         out = []
         for kind, content in self.replies(self.kc.execute(code), timeout, code):
             if counts is not None:
                 counts[kind] = counts.get(kind, 0) + 1
+            if arrivals is not None:
+                arrivals.append((kind, time.monotonic()))
             if kind == "stream" and streams is not None:
                 streams.append((content["name"], content["text"]))
             if kind == "stream" and content["name"] == "stdout":

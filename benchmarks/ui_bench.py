@@ -1,17 +1,25 @@
-"""What the live panels cost: in the worker per metric logged, in the kernel per second of a run.
+"""What the live panels cost: in the worker per metric logged, in a real kernel per second of a run.
 
 1. ``log``: the median cost of one ``notebook_launcher.log({"loss": x}, step=i)`` call inside a
    launched worker (target <= 5 us), beside what users do without it: ``print`` a line per step
    (captured and shown by the launcher) and a bare ``list.append``; and ``log`` outside a launch.
-2. ``kernel``: 8 ranks each logging 1,000 metric values a second for ``--seconds`` seconds;
-   the kernel's CPU time over the run (all its threads) as a share of one core (target <= 10 %),
-   the widget messages the panels send per second (target <= 200), and whether every value
-   reached the final model (target: nothing lost). The same run with ``ui="none"`` (the model
-   only) and with no logging at all (the launcher's own supervision) shows where the cost goes.
+2. ``kernel``: launches from a real Jupyter kernel (``kernel_bench.Kernel``, through
+   jupyter_client, as a frontend sees it) at each N of ``--sizes`` (default 8 and 64), for
+   ``--seconds`` each, in these lanes, their order rotating each of ``--repeats`` rounds:
 
-Widget messages are counted by handing every widget a recording comm, as no frontend is attached.
+   * ``light``: a sleep-heavy function, every 0.2 s each rank logs one metric and prints one
+     line, with its defaults (widgets);
+   * ``metrics``: the ranks together log ``--metrics-per-second`` values a second (bursts every
+     10 ms), with widgets and again with ``ui="none"`` (the model only);
+   * ``idle``: the ranks only sleep (widgets): the launcher's own supervision.
 
-    python benchmarks/ui_bench.py [--calls 200000] [--seconds 10] [--ranks 8] [--json out.json]
+   For each: the widget (``comm_open``/``comm_msg``/``comm_close``) messages the client got per
+   second of the launch and in its busiest second, against the frontend's budget (200 a second),
+   the kernel's CPU time (all its threads, ``/proc``) as a share of one core, and whether every
+   value logged reached the final model (target: nothing lost).
+
+    python benchmarks/ui_bench.py [--calls 200000] [--sizes 8,64] [--seconds 10]
+        [--metrics-per-second 8000] [--repeats 1] [--json out.json]
 """
 
 from __future__ import annotations
@@ -22,6 +30,10 @@ import os
 import statistics
 import sys
 import time
+
+from kernel_bench import Kernel
+from scale_bench import BUDGET, WIDGET_TYPES
+from session_bench import close_checked, kernel_cpu, result
 
 import notebook_launcher
 from notebook_launcher import log
@@ -91,89 +103,147 @@ def worker_side(calls: int) -> dict[str, dict[str, float]]:
     return results
 
 
-# -- 2. the kernel side ----------------------------------------------------------------------------
+# -- 2. in a real kernel ---------------------------------------------------------------------------
 
 
-def paced_logging(seconds: float, per_second: int, enabled: bool) -> int:
-    """Log ``per_second`` values a second, in bursts every 10 ms, for ``seconds``."""
-    burst = per_second // 100
+def light(seconds: float, per_second: int = 0) -> int:
+    """A step every 0.2 s for ``seconds``: one metric logged, one line printed, then sleep."""
     start = time.monotonic()
     step = 0
-    for tick in range(int(seconds * 100)):
-        if enabled:
-            for _ in range(burst):
-                log({"loss": 1.0 / (step + 1)}, step=step)
-                step += 1
-        delay = start + (tick + 1) * 0.01 - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
+    while step < seconds * 5:
+        step += 1
+        log({"loss": 1.0 / step}, step=step)
+        print(f"step {step} done", flush=True)
+        time.sleep(max(0.0, start + step * 0.2 - time.monotonic()))
     return step
 
 
-class CountingComm:
-    """Stands in for a kernel comm and counts what the widgets send."""
-
-    kernel = "counting"
-    sent = 0
-
-    def __init__(self, *args, **kwargs) -> None:
-        self.comm_id = kwargs.get("comm_id") or f"comm-{id(self)}"
-
-    def send(self, *args, **kwargs) -> None:
-        CountingComm.sent += 1
-
-    def open(self, *args, **kwargs) -> None:
-        pass
-
-    def on_msg(self, *args, **kwargs) -> None:
-        pass
-
-    def on_close(self, *args, **kwargs) -> None:
-        pass
-
-    def close(self, *args, **kwargs) -> None:
-        pass
+def metrics(seconds: float, per_second: int) -> int:
+    """Log ``per_second`` values a second, in bursts every 10 ms, for ``seconds`` (none: sleep)."""
+    start = time.monotonic()
+    step = 0
+    for tick in range(int(seconds * 100)):
+        due = (tick + 1) * per_second // 100
+        while step < due:
+            log({"loss": 1.0 / (step + 1)}, step=step)
+            step += 1
+        time.sleep(max(0.0, start + (tick + 1) * 0.01 - time.monotonic()))
+    return step
 
 
-def kernel_side(ranks: int, seconds: float, per_second: int, ui: str, enabled: bool) -> dict:
-    CountingComm.sent = 0
-    cpu, wall = time.process_time(), time.monotonic()
-    result = launch(paced_logging, args=(seconds, per_second, enabled), num_processes=ranks, ui=ui)
-    cpu, wall = time.process_time() - cpu, time.monotonic() - wall
-    model = result.panel.model
-    expected = sum(result.values)
-    logged = model.metrics["loss"].logged if "loss" in model.metrics else 0
+LANES = (  # (name, ui): the function its ranks run
+    ("light", "widgets"),
+    ("metrics", "widgets"),
+    ("metrics", "none"),
+    ("idle", "widgets"),
+)
+LAUNCH = """
+import json as _json, time as _time, ui_bench as _ub
+from notebook_launcher import notebook_launcher as _launch
+_start = _time.perf_counter()
+_result = _launch(_ub.{function}, args=({seconds!r}, {rate!r}), num_processes={n}, ui={ui!r})
+_wall = _time.perf_counter() - _start
+_metrics = _result.panel.model.metrics
+_in_model = _metrics["loss"].logged if "loss" in _metrics else 0
+print("RESULT", _json.dumps({{"wall": _wall, "logged": sum(_result.values), "in_model": _in_model}}))
+"""
+
+
+def launch_cell(name: str, ui: str, n: int, seconds: float, total_rate: int) -> str:
+    function = "light" if name == "light" else "metrics"
+    rate = total_rate // n if name == "metrics" else 0
+    return LAUNCH.format(function=function, seconds=seconds, rate=rate, n=n, ui=ui)
+
+
+def in_kernel(kernel: Kernel, n: int, lane: tuple[str, str], options) -> dict:
+    """One launch of ``lane`` at ``n`` ranks in ``kernel``: what the frontend got, what it cost."""
+    name, ui = lane
+    arrivals: list = []
+    cpu, wall = kernel_cpu(kernel.pid), time.monotonic()
+    cell = launch_cell(name, ui, n, options.seconds, options.rate)
+    answer = result(kernel.run(cell, timeout=options.seconds + 300, arrivals=arrivals))
+    cpu, wall = kernel_cpu(kernel.pid) - cpu, time.monotonic() - wall
+    widget = [at for kind, at in arrivals if kind in WIDGET_TYPES]
+    per_second: dict[int, int] = {}
+    for at in widget:
+        second = int(at - widget[0])
+        per_second[second] = per_second.get(second, 0) + 1
     return {
+        "n": n,
+        "lane": name,
         "ui": ui,
-        "logging": enabled,
-        "wall_s": wall,
-        "kernel_cpu_s": cpu,
+        "launch_s": answer["wall"],
         "kernel_core_share": cpu / wall,
-        "widget_messages": CountingComm.sent,
-        "widget_messages_per_s": CountingComm.sent / wall,
-        "values_logged": expected,
-        "values_in_model": logged,
-        "lost": expected - logged,
+        "widget_messages": len(widget),
+        "widget_messages_per_s": len(widget) / answer["wall"],
+        "widget_busiest_second": max(per_second.values(), default=0),
+        "values_logged": answer["logged"],
+        "lost": answer["logged"] - answer["in_model"],
     }
+
+
+def kernel_side(options) -> list[dict]:
+    """Every lane at every N, ``options.repeats`` rounds, in one kernel."""
+    os.environ["NOTEBOOK_LAUNCHER_MAX_PROCESSES"] = str(max(options.sizes))
+    kernel = Kernel()
+    runs = []
+    try:
+        for n in options.sizes:  # untimed: what the first launch at this N pays
+            kernel.run(launch_cell("light", "widgets", n, 1.0, 0), timeout=300)
+        for round_ in range(options.repeats):
+            order = LANES[round_ % len(LANES) :] + LANES[: round_ % len(LANES)]
+            for n in options.sizes:
+                runs += [in_kernel(kernel, n, lane, options) for lane in order]
+                print(f"   round {round_ + 1}, N={n} done", flush=True)
+    finally:
+        leftovers = close_checked(kernel)
+    if leftovers:
+        print(f"   processes still running after the kernel closed (killed): {leftovers}")
+    return runs
+
+
+def report(runs: list[dict], options) -> None:
+    print(
+        f"\n2. launches from a real kernel, {options.seconds:g} s each, medians of "
+        f"{options.repeats}; light: a metric and a line per rank every 0.2 s; metrics: "
+        f"{options.rate} values/s from all ranks together"
+    )
+    print(
+        "     N  lane     ui        widget msg/s  busiest second  kernel CPU (share of a core)"
+        "   logged   lost"
+    )
+    for n in options.sizes:
+        for name, ui in LANES:
+            got = [r for r in runs if (r["n"], r["lane"], r["ui"]) == (n, name, ui)]
+            print(
+                f"   {n:>3}  {name:<8} {ui:<9} {med(got, 'widget_messages_per_s'):12.1f}"
+                f"{max(r['widget_busiest_second'] for r in got):16d}"
+                f"{med(got, 'kernel_core_share'):20.1%}{'':10}"
+                f"{min(r['values_logged'] for r in got):8d} {max(r['lost'] for r in got):6d}"
+            )
+    print(f"   the frontend's budget: {BUDGET} widget messages a second")
+
+
+def med(runs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200_000)
+    parser.add_argument("--sizes", default="8,64", help="ranks of the launches in the kernel")
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--ranks", type=int, default=8)
-    parser.add_argument("--per-second", type=int, default=1000)
+    parser.add_argument(
+        "--metrics-per-second", dest="rate", type=int, default=8000, help="all ranks together"
+    )
+    parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--json", help="also write the results to this file")
     options = parser.parse_args()
-
-    import comm
-    import ipywidgets  # noqa: F401  (imported once, as in a notebook, not inside a timed run)
-
-    comm.create_comm = lambda *args, **kwargs: CountingComm(*args, **kwargs)
+    options.sizes = [int(s) for s in options.sizes.split(",")]
 
     print(
         f"notebook_launcher {notebook_launcher.__version__}, Python {sys.version.split()[0]}, "
-        f"{os.cpu_count()} CPUs"
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
     )
     worker = worker_side(options.calls)
     print(f"\n1. cost of recording one metric in a worker ({options.calls} calls, median / p99)")
@@ -182,24 +252,9 @@ def main() -> None:
             f"   {name:<32} {figures['median_ns'] / 1000:7.2f} us   "
             f"{figures['p99_ns'] / 1000:7.2f} us"
         )
-
-    runs = [
-        kernel_side(options.ranks, options.seconds, options.per_second, "widgets", True),
-        kernel_side(options.ranks, options.seconds, options.per_second, "none", True),
-        kernel_side(options.ranks, options.seconds, options.per_second, "widgets", False),
-    ]
-    print(
-        f"\n2. kernel with {options.ranks} ranks x {options.per_second} metrics/s for "
-        f"{options.seconds:g} s"
-    )
-    print("   ui        logging   kernel CPU (share of a core)   widget msg/s   logged   lost")
-    for run in runs:
-        print(
-            f"   {run['ui']:<9} {'yes' if run['logging'] else 'no':<9} "
-            f"{run['kernel_cpu_s']:6.2f} s ({run['kernel_core_share']:6.1%})"
-            f"{run['widget_messages_per_s']:17.1f}   {run['values_in_model']:7d}   "
-            f"{run['lost']:4d}"
-        )
+    runs = kernel_side(options)
+    report(runs, options)
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
     if options.json:
         with open(options.json, "w") as out:
             json.dump({"worker": worker, "kernel": runs}, out, indent=2)

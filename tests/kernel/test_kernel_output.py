@@ -89,11 +89,15 @@ def test_output_through_kernel_stream_objects_kept_from_before_the_launch_is_lab
 
 
 TQDM = r"""
-import time
+import os, time
+from rich.progress import track
 from tqdm.auto import tqdm  # in a kernel: tqdm's notebook bar, an ipywidget
 from notebook_launcher import notebook_launcher
 
 def bars():
+    pause = 0.01 + 0.002 * int(os.environ["RANK"])  # each rank's bar its own speed
+    for _ in track((step for step in range(20)), description="warm-up", show_speed=True):
+        time.sleep(pause)
     bar = tqdm(range(30), desc="epoch 1")
     for _ in bar:
         time.sleep(0.02)
@@ -101,10 +105,11 @@ def bars():
 
 result = notebook_launcher(bars, num_processes=2)
 print(result.values, result.panel.model.ranks[0].done, result.panel.model.ranks[0].total)
+assert all(" it/s" in result.output(rank).splitlines()[0] for rank in (0, 1))  # kept there
 """
 
 
-def test_tqdm_auto_bars_in_the_workers_reach_the_cell_and_the_status_panel(kernel):
+def test_tqdm_and_rich_bars_in_the_workers_reach_the_cell_and_the_status_panel(kernel):
     cell = kernel.execute(TQDM, timeout=60)
 
     assert cell.error() is None, cell.output()
@@ -117,6 +122,11 @@ def test_tqdm_auto_bars_in_the_workers_reach_the_cell_and_the_status_panel(kerne
             x for x in out if rank in label_ranks(x) and text_of(x).startswith("epoch 1: 100%")
         ]
         assert "30/30" in line
+    # rich writes its bar's last state on stdout, with the rank's speed ("warm-up ━━━ 49.5 it/s"):
+    # without it, the ranks' alike bars are shown once.
+    rich = [x for x in out if text_of(x).startswith("warm-up ━━━")]
+    assert [label_ranks(x) for x in rich] == [{0, 1}], out
+    assert "it/s" not in rich[0], rich
     assert cell.stream("stderr") == ""
     # And its count filled the rank's progress column of the status panel.
     assert cell.stream("stdout").splitlines()[-1] == "['tqdm.std', 'tqdm.std'] 30 30"

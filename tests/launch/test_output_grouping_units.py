@@ -221,3 +221,29 @@ def test_the_ranks_alike_tqdm_bars_are_shown_once_without_their_timings():
     assert sink.output(2)[0] == "epoch 1: 100%|██████████| 30/30 [00:02<00:00, 31.8it/s]"
     assert without_timings("done [00:01<00:00] and more") == "done [00:01<00:00] and more"
     assert without_timings("a list [1, 2]") == "a list [1, 2]"
+
+
+def test_the_ranks_alike_rich_bars_are_shown_once_without_their_times_and_speeds():
+    """As a rich.progress.Progress writes its tasks on stdout when it stops (no terminal)."""
+    sink, out, _, _ = sink_for(4)
+    bar = "━" * 33
+    for rank in range(4):
+        lines = [
+            f"train {bar} 100% 15/15 0:00:0{rank} 0:00:0{rank + 1} 00:0{rank}",
+            f"  download {bar[:20]} 100% 1.5/1.5 MB {rank + 1}.4 MB/s {rank}1425.49466 it/s",
+            f"stream {bar} {rank + 3}1.2×10³ it/s -:--:--",
+            f"eval {bar[:5]}╸{bar[:5]} 50% 1 day, {rank}:03:04 --:-- {rank}99 bytes/s ?",
+        ]
+        for text in lines:
+            sink.write(OutputLine(rank, "stdout", text))
+    sink.write(OutputLine(0, "stdout", "12:00:03 ━ a line of rank 0"))
+    sink.flush(final=True)
+
+    assert out.getvalue().splitlines() == [
+        f"[rank0-3] train {bar} 100% 15/15",
+        f"[rank0-3]   download {bar[:20]} 100% 1.5/1.5 MB",
+        f"[rank0-3] stream {bar}",
+        f"[rank0-3] eval {bar[:5]}╸{bar[:5]} 50% ?",
+        "[rank0] 12:00:03 ━ a line of rank 0",  # not a bar's: as printed
+    ]
+    assert sink.output(2)[0] == f"train {bar} 100% 15/15 0:00:02 0:00:03 00:02"

@@ -30,10 +30,21 @@ RED, PLAIN = "\x1b[31m", "\x1b[0m"
 # A tqdm bar's line in its standard formats, with and without a total: what it shows, then its
 # timings in brackets ("epoch 1: 100%|██████████| 30/30 [00:01<00:00, 29.8it/s]"). The timings
 # differ from rank to rank; without them the ranks' alike bars are shown once.
-TQDM_CHARS = 1000  # longer lines are not a bar's
+BAR_CHARS = 1000  # longer lines are not a bar's
 TQDM_LINE = re.compile(
     r"^(?P<bar>.*?\d+%\|[^|]*\| *[\d.]+[kMGT]?/[\d.]+[kMGT]?"
     r"|(?:.*?: )?[\d.]+[kMGT]?(?:it|B|[a-zA-Z]+)?) \[\d+:\d\d(?::\d\d)?[<,][^\]]*\]$"
+)
+# A rich.progress bar's line, as a Progress writes each task once it stops off a terminal: its
+# columns side by side, the bar a run of "━" ("╸", "╺" where it is cut) as no colours tell done
+# from to do ("epoch 1 ━━━━━━━━ 100% 15/15 0:00:01"). Its times (elapsed, remaining: "0:00:01",
+# "1 day, 2:03:04", compact "00:01", "-:--:--") and speeds ("31.2 it/s", "5.0 MB/s", "12 bytes/s")
+# differ from rank to rank, whichever column shows them; the rest of the line is shown.
+RICH_BAR_CHAR = "━"
+RICH_BAR = re.compile("[━╸╺]{3}")
+RICH_TIMINGS = re.compile(
+    r"\s*(?<!\S)(?:(?:\d+ days?, )?(?:\d+:)?\d\d:\d\d|-:--:--|--:--"
+    r"|[\d,]+(?:\.\d+)?(?:e[+-]?\d+)?(?:×10[¹²³⁶⁹]+)? ?(?:it|bytes?|[kMGTPEZY]B)/s)(?!\S)"
 )
 
 
@@ -132,7 +143,7 @@ class OutputSink:
         if not self.shows(rank):
             return
         if self.policy == "all" and prefix == f"[rank{rank}] ":
-            if line.stream == "stderr":
+            if line.stream == "stderr" or RICH_BAR_CHAR in text:  # tqdm's stream, or rich's bar
                 text = without_timings(text)
             self._groups.add(rank, line.stream, text, self.clock())
         else:
@@ -192,8 +203,12 @@ class OutputSink:
 
 
 def without_timings(text: str) -> str:
-    """A tqdm bar's line less its timings (any other line as it is)."""
-    if not text.endswith("]") or len(text) > TQDM_CHARS:
+    """A tqdm or rich bar's line less its timings and speeds (any other line as it is)."""
+    if len(text) > BAR_CHARS:
+        return text
+    if RICH_BAR_CHAR in text and RICH_BAR.search(text):
+        return RICH_TIMINGS.sub("", text).rstrip()
+    if not text.endswith("]"):
         return text
     match = TQDM_LINE.match(text)
     return text if match is None else match["bar"]
