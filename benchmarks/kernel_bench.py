@@ -25,7 +25,7 @@ same 2 L lines itself. The panel's last line of each rank (its "latest line" col
 that rank's last line.
 
     python benchmarks/kernel_bench.py [--repeats 5] [--sizes 1,2,4,8] [--first 3] [--lines 20000]
-        [--baseline DIR] [--json out.json]
+        [--baseline DIR] [--without accelerate] [--json out.json]
 """
 
 from __future__ import annotations
@@ -366,8 +366,13 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=20000, help="lines per rank (0: skip)")
     parser.add_argument("--baseline", help="another checkout: its notebook_launcher as 'before'")
     parser.add_argument("--json", help="write every sample here")
+    parser.add_argument("--without", default="", help="lanes left out, e.g. accelerate")
     options = parser.parse_args()
     sizes = [int(s) for s in options.sizes.split(",")]
+    for lane in filter(None, options.without.split(",")):
+        if lane == "bare" or lane not in LAUNCHERS:
+            parser.error(f"--without {lane}: one of {', '.join(LAUNCHERS[:-1])} (bare stays)")
+        LAUNCHERS.remove(lane)
     if options.repeats < 1 or options.first < 0 or any(n < 1 for n in sizes):
         parser.error("--repeats and every size must be at least 1, --first at least 0")
     JOB[0] = options.job

@@ -1,16 +1,16 @@
-"""One flush of the kernel's output streams for a whole group of forks, instead of one per fork.
+"""No flush of a Jupyter kernel's output streams before each fork of a group.
 
 ``multiprocessing`` flushes ``sys.stdout`` and ``sys.stderr`` before every fork, so that the
 child does not inherit (and repeat) text still buffered. In a Jupyter kernel those are ipykernel's
 streams, whose flush hands the work to the kernel's I/O thread and waits for it: two thread
 hand-offs per stream, per rank (3-4 ms a fork on a busy 2-core machine, a tenth of a launch of 8
-ranks). Flushed once before the group, the streams are swapped for the fork loop's length for
-wrappers whose ``flush`` does nothing (writes go through), then put back and flushed once more.
-
-Nothing is repeated by a child: a forked worker replaces its streams at once, and routes the
-kernel's stream objects it inherited through its own (see ``worker/bootstrap.py``), so text
-buffered in them at the fork is never sent from the child. The wrapper names the stream it wraps
-as ``__wrapped__``, for the child to find it.
+ranks, and more once the first ranks compete for the CPU). Those streams need no flush at a fork:
+a forked worker replaces its streams at once and routes the kernel's stream objects it inherited
+through its own (see ``worker/bootstrap.py``), so text buffered in them at the fork is never sent
+from the child; in the kernel it stays in order, ahead of the ranks' lines, which go through the
+same stream. So for the fork loop's length the streams are swapped for wrappers whose ``flush``
+does nothing (writes go through); the wrapper names the stream it wraps as ``__wrapped__``, for
+the child to find it. Other streams (a script's files) are flushed at each fork as usual.
 """
 
 from __future__ import annotations
@@ -45,13 +45,11 @@ def _hands_off_flushes(stream: Any) -> bool:
 
 @contextlib.contextmanager
 def flushed_once() -> Iterator[None]:
-    """Within: forks do not each flush the kernel's streams (flushed before and after)."""
+    """Within: forks do not flush the kernel's streams (ipykernel's), which need no flush."""
     stdout, stderr = sys.stdout, sys.stderr
     if not (_hands_off_flushes(stdout) or _hands_off_flushes(stderr)):
         yield
         return
-    for stream in (stdout, stderr):
-        stream.flush()
     sys.stdout, sys.stderr = _FlushedLater(stdout), _FlushedLater(stderr)
     try:
         yield
@@ -60,6 +58,3 @@ def flushed_once() -> Iterator[None]:
             sys.stdout = stdout
         if isinstance(sys.stderr, _FlushedLater):
             sys.stderr = stderr
-        for stream in (stdout, stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
