@@ -140,51 +140,43 @@ class StepAttempt(RemoteAttempt):
 
     # -- starting ---------------------------------------------------------------------------
 
-    def start(self, specs: list[WorkerSpec], payload: Any) -> list[WorkerHandle]:
+    def _start_ranks(self, specs: list[WorkerSpec], payload: Any) -> None:
         settings = self.settings
-        try:
-            nodes, per_node = settings.layout(len(specs))
-            self.allocation = Allocation.acquire(
-                settings, nodes, per_node, say=_say, report=self.report, stop=self.stop
+        nodes, per_node = settings.layout(len(specs))
+        self.allocation = Allocation.acquire(
+            settings, nodes, per_node, say=_say, report=self.report, stop=self.stop
+        )
+        names = self.allocation.nodes
+        self.handles = [
+            new_handle(
+                rank,
+                rank % per_node,
+                rank // per_node,
+                names[rank // per_node],
+                self,
+                kind=SlurmHandle,
             )
-            names = self.allocation.nodes
-            self.handles = [
-                new_handle(
-                    rank,
-                    rank % per_node,
-                    rank // per_node,
-                    names[rank // per_node],
-                    self,
-                    kind=SlurmHandle,
-                )
-                for rank in range(len(specs))
-            ]
-            address = settings.address()
-            self.store = serve_store(bind_listener(address, 0), address)
-            store = (address, self.store.port)
-            modules = modules_imported(payload) if isinstance(payload, bytes) else ()
-            self.check = NodeCheck(modules, len(specs))
-            for handle, spec in zip(self.handles, specs, strict=True):
-                handle.start_message = rank_start.pack(
-                    on_its_node(spec, handle.local_rank, per_node, handle.node_rank, nodes),
-                    payload,
-                    store,
-                    handle.node,
-                    modules,
-                )
-                if spec.session:  # commands travel over the rank's socket
-                    handle.commands = Commands(handle)
-            secret = remote_link.new_secret()
-            restart = specs[0].context.restart_count
-            self.relay = Relay(address, secret, restart, self.handles)
-            self._start_step(nodes, per_node, secret, restart)
-            with interruptible():  # a kernel interrupt ends the wait (and the job) at once
-                self._await_ranks()
-            self.supervised_from_now()
-        except BaseException:
-            self.release()
-            raise
-        return list(self.handles)
+            for rank in range(len(specs))
+        ]
+        address = settings.address()
+        self.store = serve_store(bind_listener(address, 0), address)
+        store = (address, self.store.port)
+        modules = modules_imported(payload) if isinstance(payload, bytes) else ()
+        self.check = NodeCheck(modules, len(specs))
+        for handle, spec in zip(self.handles, specs, strict=True):
+            handle.start_message = rank_start.pack(
+                on_its_node(spec, handle.local_rank, per_node, handle.node_rank, nodes),
+                payload,
+                store,
+                handle.node,
+                modules,
+            )
+            if spec.session:  # commands travel over the rank's socket
+                handle.commands = Commands(handle)
+        secret = remote_link.new_secret()
+        restart = specs[0].context.restart_count
+        self.relay = Relay(address, secret, restart, self.handles)
+        self._start_step(nodes, per_node, secret, restart)
 
     def _start_step(self, nodes: int, per_node: int, secret: bytes, restart: int) -> None:
         s = self.settings
@@ -247,6 +239,10 @@ class StepAttempt(RemoteAttempt):
 
     def _await_ranks(self) -> None:
         """Until every rank connected, or a task ended before it could, within the timeout."""
+        with interruptible():  # a kernel interrupt ends the wait (and the job) at once
+            self._await_connected()
+
+    def _await_connected(self) -> None:
         deadline = time.monotonic() + self.settings.timeout
         while not (self.relay.wait_joined(0.05) and self.check.all_heard()):
             if self.check.lacking():
