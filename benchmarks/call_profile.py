@@ -67,9 +67,9 @@ def install() -> None:
     # Worker side: the command read, the call performed, the idle event sent.
     original_perform = session_loop._perform
 
-    def perform(command, namespace, staged):
+    def perform(command, *rest):
         MARKS.append((f"w_taken {command.call}", now()))
-        return original_perform(command, namespace, staged)
+        return original_perform(command, *rest)
 
     session_loop._perform = perform
     original_send = channel_module.EventChannel.send
