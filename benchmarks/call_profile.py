@@ -34,7 +34,7 @@ import torch
 
 from notebook_launcher import PartialState, Session
 from notebook_launcher.launch.session import calls as session_calls
-from notebook_launcher.launch.session import core as session_module
+from notebook_launcher.launch.session import running as session_running
 from notebook_launcher.protocol import channel as channel_module
 from notebook_launcher.protocol.session_messages import RankIdle
 from notebook_launcher.worker import session_loop
@@ -61,15 +61,15 @@ def _wrap(owner, name, before=None, after=None):
 def install() -> None:
     """Wrap the steps of a call, on both sides."""
     session_loop.profile_marks = MARKS
-    _wrap(session_module, "_pickled", "k_pickle", "k_pickled")
-    _wrap(session_module, "_send_all", "k_send", "k_sent")
+    _wrap(session_running, "_pickled", "k_pickle", "k_pickled")
+    _wrap(session_running, "_send_all", "k_send", "k_sent")
     _wrap(session_calls.CallSupervisor, "run_call", None, "k_noticed")
     # Worker side: the command read, the call performed, the idle event sent.
     original_perform = session_loop._perform
 
-    def perform(command, namespace, staged):
+    def perform(command, *rest):
         MARKS.append((f"w_taken {command.call}", now()))
-        return original_perform(command, namespace, staged)
+        return original_perform(command, *rest)
 
     session_loop._perform = perform
     original_send = channel_module.EventChannel.send

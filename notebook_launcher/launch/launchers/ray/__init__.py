@@ -93,53 +93,46 @@ class ClusterAttempt(RemoteAttempt):
 
     # -- starting ---------------------------------------------------------------------------
 
-    def start(self, specs: list[WorkerSpec], payload: Any) -> list[WorkerHandle]:
+    def _start_ranks(self, specs: list[WorkerSpec], payload: Any) -> None:
         ray = self.ray
-        try:
-            self._runtime_env = uploaded(ray, self.settings.runtime_env)
-            placement = self.placement = reserve(ray, self.settings, len(specs))
-            self.handles = [
-                new_handle(
-                    rank,
-                    placement.local_ranks[rank],
-                    placement.node_ranks[rank],
-                    placement.node_label(rank),
-                    self,
-                )
-                for rank in range(len(specs))
-            ]
-            secret = remote_link.new_secret()
-            restart = specs[0].context.restart_count
-            self.relay = Relay(ray.util.get_node_ip_address(), secret, restart, self.handles)
-            shipped = ray.put(payload)
-            niceness = os.getpriority(os.PRIO_PROCESS, 0)  # the ranks run at the kernel's
-            self._modules = modules_imported(payload) if isinstance(payload, bytes) else ()
-            for handle in self.handles:
-                options = self._options(handle.rank)
-                handle.actor = self.actor_class.options(**options).remote(niceness)
-                self._checks[handle.actor.check.remote(self._modules)] = handle.rank
-                if specs[0].session:  # commands travel over the rank's socket
-                    handle.commands = Commands(handle)
-            store = self.handles[0].actor.host_store.remote()
-            for handle, spec in zip(self.handles, specs, strict=True):
-                handle.run = handle.actor.run.remote(
-                    self._spec(spec, handle.rank),
-                    shipped,
-                    self.relay.address,
-                    secret,
-                    store,
-                    placement.row_label(handle.rank),
-                )
-            self._watcher = threading.Thread(
-                target=self._watch, name="notebook_launcher-ray-watch", daemon=True
+        self._runtime_env = uploaded(ray, self.settings.runtime_env)
+        placement = self.placement = reserve(ray, self.settings, len(specs))
+        self.handles = [
+            new_handle(
+                rank,
+                placement.local_ranks[rank],
+                placement.node_ranks[rank],
+                placement.node_label(rank),
+                self,
             )
-            self._watcher.start()
-            self._await_ranks()
-            self.supervised_from_now()
-        except BaseException:
-            self.release()
-            raise
-        return list(self.handles)
+            for rank in range(len(specs))
+        ]
+        secret = remote_link.new_secret()
+        restart = specs[0].context.restart_count
+        self.relay = Relay(ray.util.get_node_ip_address(), secret, restart, self.handles)
+        shipped = ray.put(payload)
+        niceness = os.getpriority(os.PRIO_PROCESS, 0)  # the ranks run at the kernel's
+        self._modules = modules_imported(payload) if isinstance(payload, bytes) else ()
+        for handle in self.handles:
+            options = self._options(handle.rank)
+            handle.actor = self.actor_class.options(**options).remote(niceness)
+            self._checks[handle.actor.check.remote(self._modules)] = handle.rank
+            if specs[0].session:  # commands travel over the rank's socket
+                handle.commands = Commands(handle)
+        store = self.handles[0].actor.host_store.remote()
+        for handle, spec in zip(self.handles, specs, strict=True):
+            handle.run = handle.actor.run.remote(
+                self._spec(spec, handle.rank),
+                shipped,
+                self.relay.address,
+                secret,
+                store,
+                placement.row_label(handle.rank),
+            )
+        self._watcher = threading.Thread(
+            target=self._watch, name="notebook_launcher-ray-watch", daemon=True
+        )
+        self._watcher.start()
 
     def _options(self, rank: int) -> dict[str, Any]:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy

@@ -8,6 +8,7 @@ import dataclasses
 import threading
 import time
 from abc import ABC, abstractmethod
+from typing import Any
 
 from ....protocol.spec import WorkerSpec
 from ...planning.plan import LaunchPlan
@@ -45,8 +46,9 @@ def on_its_node(
 
 
 class RemoteAttempt(ABC):
-    """What every remote launcher's attempt shares: its handles, and being released once, when
-    the last of them is closed (or at once, by whoever gives up on it first)."""
+    """What every remote launcher's attempt shares: how it starts (its ranks started, then
+    awaited), its handles, and being released once, when the last of them is closed (or at
+    once, by whoever gives up on it first)."""
 
     def __init__(self) -> None:
         self.send_lock = threading.Lock()
@@ -54,6 +56,29 @@ class RemoteAttempt(ABC):
         self._closed: set[int] = set()
         self._released = False
         self._lock = threading.Lock()
+
+    def start(self, specs: list[WorkerSpec], payload: Any) -> list:
+        """Start a rank per spec (:meth:`_start_ranks`), wait until every one joined
+        (:meth:`_await_ranks`) and supervise them from then on: the ranks' handles. On any
+        error, an interrupt included, everything the attempt holds is released first."""
+        try:
+            self._start_ranks(specs, payload)
+            self._await_ranks()
+            self.supervised_from_now()
+        except BaseException:
+            self.release()
+            raise
+        return list(self.handles)
+
+    @abstractmethod
+    def _start_ranks(self, specs: list[WorkerSpec], payload: Any) -> None:
+        """Start a rank per spec running ``payload``, its handle in :attr:`handles`, without
+        waiting for them."""
+
+    @abstractmethod
+    def _await_ranks(self) -> None:
+        """Wait until every rank joined (a rank that ended meanwhile is the supervisor's to
+        report); a :class:`ClusterError` if they cannot."""
 
     def closed(self, handle) -> None:
         """``handle``'s rank is over, as its worker group sees it; the last one releases all."""
