@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
+from helpers.ranklabels import label_ranks, text_of
 
 from notebook_launcher.launch.supervision.grouping import LineGroups, rank_label
 from notebook_launcher.launch.supervision.output import OutputSink, without_timings
@@ -247,3 +248,90 @@ def test_the_ranks_alike_rich_bars_are_shown_once_without_their_times_and_speeds
         "[rank0] 12:00:03 ━ a line of rank 0",  # not a bar's: as printed
     ]
     assert sink.output(2)[0] == f"train {bar} 100% 15/15 0:00:02 0:00:03 00:02"
+
+
+def drifting(groups, prints, step=0.01):
+    """Feed ``prints`` ((time, rank, text), any order) to ``groups``, taking the lines ready
+    every ``step`` seconds as the worker group does; the lines shown, each with when it left."""
+    shown: list[tuple[float, str]] = []
+    pending = sorted(prints)
+    end = pending[-1][0] + 10.0
+    now, index = 0.0, 0
+    while now <= end:
+        while index < len(pending) and pending[index][0] <= now:
+            at, rank, text = pending[index]
+            groups.add(rank, "stdout", text, at)
+            index += 1
+        shown += [(now, text) for _, text in groups.take(now)]
+        now = round(now + step, 6)
+    assert not len(groups), "a line waited more than 10 s"
+    return shown
+
+
+def each_rank_saw(shown, ranks):
+    """Every rank's lines in the order shown, from the labels."""
+    seen: dict[int, list[str]] = {rank: [] for rank in ranks}
+    for _, line in shown:
+        for rank in label_ranks(line):
+            seen[rank].append(text_of(line))
+    return seen
+
+
+def test_alike_lines_of_ranks_that_drift_apart_come_out_in_few_groups():
+    """64 ranks print 5 lines alike, rank r 50 ms after rank r - 1: 3.15 s from first to last."""
+    groups = LineGroups(range(64), window=0.3, patience=2.0, lag=3.0)
+    prints = [(i * 1.0 + r * 0.05, r, f"epoch {i}") for r in range(64) for i in range(5)]
+    shown = drifting(groups, prints)
+
+    assert each_rank_saw(shown, range(64)) == {
+        r: [f"epoch {i}" for i in range(5)] for r in range(64)
+    }
+    for i in range(5):
+        copies = [(at, line) for at, line in shown if text_of(line) == f"epoch {i}"]
+        assert len(copies) <= 2, copies  # before: one group per 0.3 s, a dozen
+        # The ranks ahead are not held back by the ranks that lag behind them.
+        assert copies[0][0] <= i * 1.0 + 0.3 + 0.01
+        assert 0 in label_ranks(copies[0][1])
+    for at, line in shown:  # and nobody waits more than the lag allowed
+        printed = max(i * 1.0 + r * 0.05 for r in label_ranks(line) for i in [int(line[-1])])
+        assert at - printed <= 3.0 + 0.01, (at, line)
+
+
+def test_a_line_repeated_by_ranks_that_drift_apart_is_grouped_per_repetition():
+    groups = LineGroups(range(16), window=0.3, patience=2.0, lag=3.0)
+    prints = [(i * 0.5 + r * 0.1, r, "tick") for r in range(16) for i in range(6)]
+    shown = drifting(groups, prints)
+
+    assert each_rank_saw(shown, range(16)) == {r: ["tick"] * 6 for r in range(16)}
+    assert len(shown) <= 6 * 2, shown  # before: 29 lines
+    assert shown[:2] == [(0.3, "[rank0-2] tick"), (0.8, "[rank0-2] tick")]  # the ranks ahead
+
+
+def test_a_lagging_ranks_own_lines_are_shown_in_its_order_and_the_others_at_once():
+    groups = LineGroups(range(4), window=0.3, patience=0.5, lag=3.0)
+    prints = [(0.0, r, "epoch 1") for r in (0, 1, 3)] + [
+        (0.05, r, f"loss of {r}") for r in (0, 1, 3)
+    ]
+    prints += [(1.0, 2, "epoch 1"), (1.0, 2, "loss of 2"), (1.0, 3, "epoch 2")]
+    shown = drifting(groups, prints)
+
+    assert shown == [
+        (0.3, "[ranks 0-1,3] epoch 1"),
+        (0.35, "[rank0] loss of 0"),
+        (0.35, "[rank1] loss of 1"),
+        (0.35, "[rank3] loss of 3"),
+        (1.0, "[rank2] epoch 1"),  # every rank printed it now: it leaves at once
+        (1.3, "[rank2] loss of 2"),
+        (1.3, "[rank3] epoch 2"),
+    ]
+
+
+def test_a_late_line_waits_no_longer_than_the_lag_for_ranks_that_may_never_print_it():
+    groups = LineGroups(range(3), window=0.3, patience=0.0, lag=2.0)
+    prints = [(0.0, 0, "saved"), (0.0, 1, "step"), (0.0, 2, "step"), (1.0, 1, "saved")]
+    prints += [(1.1, 1, "next of 1")]
+    shown = drifting(groups, prints)
+
+    # Rank 1 lagged 1 s behind rank 0: rank 2 may print it too, for twice that, within the lag.
+    assert shown[-2:] == [(3.0, "[rank1] saved"), (3.0, "[rank1] next of 1")]
+    assert shown[0] == (0.3, "[rank0] saved")

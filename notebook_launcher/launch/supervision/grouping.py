@@ -9,6 +9,8 @@ from ...ui.folding import rank_ranges
 
 GROUP_WINDOW = 0.3  # seconds at most a line waits for the other ranks to print it too
 SILENT_PATIENCE = 2.0  # seconds after the first line during which silent ranks are waited for
+LAG_PATIENCE = 3.0  # seconds at most a lagging rank's line waits for the other lagging ranks
+PRUNE_AT = 4096  # lines shown lately kept before those older than LAG_PATIENCE are dropped
 
 
 def rank_label(ranks: Iterable[int]) -> str:
@@ -27,27 +29,39 @@ class _Group:
         "text",
         "key",
         "mask",
-        "count",
         "first",
+        "until",
         "label",
         "after",
         "depth",
         "next",
         "done",
+        "before",
+        "origin",
+        "quiet",
+        "held",
     )
 
-    def __init__(self, stream: str, text: str, key: str, first: float, label: bool) -> None:
+    def __init__(
+        self, stream: str, text: str, key: str, first: float, until: float, label: bool
+    ) -> None:
         self.stream = stream
         self.text = text
         self.key = key
         self.mask = 0
-        self.count = 0
         self.first = first
+        self.until = until  # when it leaves, whoever else may still print it
         self.label = label  # False: ``text`` is shown as it is (labelled already, a notice)
         self.after: Any = None  # None, a _Group or a tuple of them
         self.depth = 1  # more than the depth of every line in ``after``
         self.next = False  # a rank of it printed another line since
         self.done = False  # shown
+        # A late line (lagging ranks' copy of a line shown already): the ranks shown with it
+        # before, when its first copy was printed, and how long it waits for the next rank.
+        self.before = 0
+        self.origin = 0.0
+        self.quiet = 0.0
+        self.held = False  # a lagging rank's: late, or behind a late line of its rank
 
 
 class LineGroups:
@@ -61,6 +75,17 @@ class LineGroups:
     and either no other rank can join it any more, or it waited ``window`` seconds; among those
     ready, the oldest first. All leave on :meth:`take` with ``final``.
 
+    Lagging ranks: a line that other ranks' copy of left without (it was shown less than
+    ``lag`` seconds ago, without this rank) is a late line. The ranks ahead are not waited for
+    (their lines left already), but the other lagging ranks are, as long as they keep coming:
+    a late line leaves once every rank that prints has printed it (or printed past it), or when
+    no rank joined it for twice the lag of its first rank behind the line's first copy (at
+    least ``window``, at most ``lag``), and at the latest ``lag`` seconds after it began. Ranks
+    that drift apart by a few seconds thus show one line in two groups (``[rank0-6] epoch 1``,
+    then ``[rank7-63] epoch 1``) instead of one per ``window``. A lagging rank's later lines
+    wait behind its late line (its order is kept), so they too come out at most ``lag``
+    seconds after they were printed; the lines of ranks ahead never wait for a late line.
+
     Ranks that have not printed yet are waited for during the first ``patience`` seconds after
     the first line (ranks start at different times); then only ranks that print are (when only
     rank 0 prints, its lines leave at once).
@@ -69,6 +94,8 @@ class LineGroups:
         ranks: the ranks whose lines come here.
         window: seconds at most a line waits for the other ranks.
         patience: seconds after the first line during which silent ranks are waited for.
+        lag: seconds at most a late line waits for the other lagging ranks, and how long after
+            a line left another rank's copy of it counts as late.
     """
 
     def __init__(
@@ -76,15 +103,26 @@ class LineGroups:
         ranks: Iterable[int] = (),
         window: float = GROUP_WINDOW,
         patience: float = SILENT_PATIENCE,
+        lag: float = LAG_PATIENCE,
     ) -> None:
         self.window = window
         self.patience = patience
+        self.lag = lag
         self._silent = set(ranks)  # ranks that have not printed yet
+        self._all = sum(1 << rank for rank in self._silent)  # a bit mask
         self._silent_until: float | None = None  # set by the first line
         self._waiting: list[_Group] = []  # not shown yet, oldest first
         self._open: dict[str, Any] = {}  # key -> the waiting _Group, or a list of them
         self._last: dict[int, _Group] = {}  # each rank's latest line
+        self._every = 0  # the ranks in ``_last``, a bit mask
         self._labels: dict[int, str] = {}  # rank mask -> label
+        # The lines shown lately, by key: the ranks shown with them (since their first copy
+        # was printed, then), when that was, and when the last copy left. Plain values: no
+        # object per line lives on.
+        self._shown_mask: dict[str, int] = {}
+        self._shown_origin: dict[str, float] = {}
+        self._shown_at: dict[str, float] = {}
+        self._prune_at = PRUNE_AT
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -96,21 +134,32 @@ class LineGroups:
         key = ("e" if stream == "stderr" else "o") + text
         last = self._last.get(rank)
         found = self._open.get(key)
+        bit = 1 << rank
+        held = last is not None and last.held and not last.done  # behind a late line
+        before, origin, quiet = 0, 0.0, 0.0
+        shown_at = self._shown_at.get(key) if self._shown_at else None
+        if shown_at is not None and now - shown_at < self.lag:
+            shown = self._shown_mask[key]
+            if not shown & bit:  # shown lately without this rank: it lags
+                before, origin, held = shown, self._shown_origin[key], True
+                quiet = min(self.lag, max(self.window, 2 * (now - origin)))
         if found is not None:
-            bit = 1 << rank
             for group in found if isinstance(found, list) else (found,):
-                if group.mask & bit:
+                if (group.mask | group.before) & bit or group.held is not held:
                     continue
                 if last is None or group.depth > last.depth:
-                    self._join(group, rank, last)
+                    self._join(group, rank, last, now, quiet)
                     return
                 if not group.next:  # nothing follows it yet: it can go deeper
                     group.depth = last.depth + 1
-                    self._join(group, rank, last)
+                    self._join(group, rank, last, now, quiet)
                     return
-        group = _Group(stream, text, key, now, True)
+        group = _Group(stream, text, key, now, now + self.window, True)
+        if held:
+            group.held = True
+            group.before, group.origin = before, origin
         self._waiting.append(group)
-        self._join(group, rank, last)
+        self._join(group, rank, last, now, quiet)
         if found is None:
             self._open[key] = group
         elif isinstance(found, list):
@@ -120,15 +169,20 @@ class LineGroups:
 
     def add_shown(self, stream: str, text: str, now: float, rank: int = -1) -> None:
         """A line shown as it is (labelled already): it waits only for the lines before it."""
-        group = _Group(stream, text, "", now, False)
+        group = _Group(stream, text, "", now, now, False)
         self._waiting.append(group)
         if rank >= 0:
             self._silent.discard(rank)
-            self._join(group, rank, self._last.get(rank))
+            self._join(group, rank, self._last.get(rank), now, 0.0)
 
-    def _join(self, group: _Group, rank: int, last: _Group | None) -> None:
+    def _join(
+        self, group: _Group, rank: int, last: _Group | None, now: float, quiet: float
+    ) -> None:
         group.mask |= 1 << rank
-        group.count += 1
+        if quiet > group.quiet:
+            group.quiet = quiet
+        if group.quiet:  # lagging ranks' line: it waits on while they keep coming
+            group.until = min(group.first + self.lag, max(group.until, now + group.quiet))
         if last is not None:
             last.next = True
             if not last.done:
@@ -136,6 +190,8 @@ class LineGroups:
                 group.after = last if after is None else (*_each(after), last)
             if group.depth <= last.depth:
                 group.depth = last.depth + 1
+        else:
+            self._every |= 1 << rank
         self._last[rank] = group
 
     def _closed(self, group: _Group, now: float) -> bool:
@@ -147,34 +203,37 @@ class LineGroups:
                 self._silent_until = group.first + self.patience
             if now < self._silent_until:
                 return False
-        if group.count == len(self._last):
+        mask = group.mask | group.before
+        every = self._every
+        if group.quiet:  # lagging ranks' line: ranks that never printed may be lagging too
+            every |= self._all
+        if mask == every:
             return True
-        if not group.next:
+        if not group.next or every != self._every:
             return False
-        depth, mask = group.depth, group.mask
+        depth = group.depth
         return all(mask >> rank & 1 or last.depth >= depth for rank, last in self._last.items())
 
     def take(self, now: float, final: bool = False) -> list[tuple[str, str]]:
         """The lines ready to be shown, as (stream, text), in order."""
         out: list[tuple[str, str]] = []
-        window = self.window
         progress = True
         while progress and self._waiting:
             progress = False
             kept: list[_Group] = []
             for group in self._waiting:
-                ready = final or now - group.first >= window or self._closed(group, now)
+                ready = final or now >= group.until or self._closed(group, now)
                 after = group.after
                 if not ready or (after is not None and not all(b.done for b in _each(after))):
                     kept.append(group)
                     continue
                 progress = True
                 group.after = None
-                out.append(self._shown(group))
+                out.append(self._shown(group, now))
             self._waiting = kept
         return out
 
-    def _shown(self, group: _Group) -> tuple[str, str]:
+    def _shown(self, group: _Group, now: float) -> tuple[str, str]:
         group.done = True
         if not group.label:
             return (group.stream, group.text)
@@ -187,6 +246,7 @@ class LineGroups:
             if len(found) == 1:
                 self._open[key] = found[0]
         mask = group.mask
+        self._remember(key, group, now)
         label = self._labels.get(mask)
         if label is None:
             if len(self._labels) > 4096:  # a few sets recur; many differ only when ranks drift
@@ -195,6 +255,31 @@ class LineGroups:
                 rank for rank in range(mask.bit_length()) if mask >> rank & 1
             )
         return (group.stream, f"{label} {group.text}")
+
+    def _remember(self, key: str, group: _Group, now: float) -> None:
+        """Note that ``group`` left: a rank that prints its line a moment later, not having
+        printed it since its first copy was printed, lags."""
+        masks = self._shown_mask
+        at = self._shown_at.get(key)
+        fresh = at is not None and now - at < self.lag
+        if group.before:
+            if not fresh or self._shown_origin[key] != group.origin:
+                return  # the ranks ahead printed the line again since: that copy counts
+            masks[key] |= group.mask
+        elif fresh and not masks[key] & group.mask:  # other ranks' copy of it
+            masks[key] |= group.mask
+        elif group.mask != self._every or self._silent or at is not None:
+            masks[key] = group.mask
+            self._shown_origin[key] = group.first
+        else:  # every rank printed it: nobody lags behind it
+            return
+        self._shown_at[key] = now
+        if len(masks) > self._prune_at:
+            old = now - self.lag
+            shown_at = self._shown_at
+            for gone in [k for k, at in shown_at.items() if at <= old]:
+                del shown_at[gone], masks[gone], self._shown_origin[gone]
+            self._prune_at = max(PRUNE_AT, 2 * len(masks))
 
 
 def _each(after: Any) -> tuple:
