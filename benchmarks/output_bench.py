@@ -1,12 +1,15 @@
 """Worker output into a real kernel's cell with alike lines grouped: lines per second, the
 time from a rank's print to the line at the client, and the cell's output count, at several N.
 
-    python benchmarks/output_bench.py [--sizes 2,8] [--lines 20000] [--repeats 3]
+    python benchmarks/output_bench.py [--sizes 2,8] [--lines 20000] [--repeats 3] [--drift 0.05]
 
-Three cells per N: every rank prints ``--lines`` lines alike (grouped to one line each), every
-rank prints lines of its own (nothing to group), and a latency cell where each rank prints a
-line stamped with ``time.time()`` every 0.2 s (once only rank 0, once every rank alike). Lines
-per second count the lines the ranks printed over the cell's time in the kernel.
+Four cells per N: every rank prints ``--lines`` lines alike (grouped to one line each), every
+rank prints lines of its own (nothing to group), a latency cell where each rank prints a
+line stamped with ``time.time()`` every 0.2 s (once only rank 0, once every rank alike), and a
+drift cell: every rank prints 5 lines alike, one a second, rank r ``--drift`` × r seconds after
+rank 0 (the groups each line is shown in, and the time from rank 0's print to the first group,
+from the last rank's print to its group). Lines per second count the lines the ranks printed
+over the cell's time in the kernel.
 """
 
 from __future__ import annotations
@@ -42,6 +45,18 @@ def _stamped(count, only_rank0):
         time.sleep(0.2)
         if not only_rank0 or rank == 0:
             print(f"STAMP {i} {time.time()!r}", flush=True)
+
+def _drifting(start, delay, count):
+    import time
+    rank = int(os.environ["RANK"])
+    for i in range(count):
+        due = start + i * 1.0
+        time.sleep(max(0.0, due + rank * delay - time.time()))
+        print(f"DRIFT {i} {due!r}", flush=True)
+"""
+
+DRIFT = """
+notebook_launcher(_drifting, args=(_t.time() + 3.0, {delay}, {count}), num_processes={n}, ui="none")
 """
 
 THROUGHPUT = """
@@ -78,11 +93,33 @@ def latency(kernel: Kernel, n: int, only_rank0: bool, count: int = 15) -> list[f
     return delays
 
 
+def drift(kernel: Kernel, n: int, delay: float, count: int = 5) -> tuple[float, list, list]:
+    """Groups per line, seconds from rank 0's print to the line's first group, and from the
+    last rank's print to the group that holds it."""
+    cell = kernel.start(DRIFT.format(delay=delay, count=count, n=n))
+    cell.finish(timeout=300)
+    groups, first, last = 0, {}, {}
+    for msg, arrived_mono in zip(cell.messages, cell.arrived, strict=True):
+        if msg["msg_type"] != "stream":
+            continue
+        arrived = time.time() - (time.monotonic() - arrived_mono)
+        for line in msg["content"]["text"].splitlines():
+            if "DRIFT" not in line:
+                continue
+            groups += 1
+            index, due = line.rsplit(" ", 2)[1:]
+            first.setdefault(index, arrived - float(due))
+            if f"{n - 1}]" in line.split(" DRIFT")[0]:
+                last[index] = arrived - float(due) - (n - 1) * delay
+    return groups / count, list(first.values()), list(last.values())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="2,8")
     parser.add_argument("--lines", type=int, default=20000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--drift", type=float, default=0.05)
     args = parser.parse_args()
     kernel = Kernel()
     try:
@@ -101,6 +138,12 @@ def main() -> None:
                     f"{n:>3} latency, {who}: median {statistics.median(delays):.3f} s, "
                     f"max {max(delays):.3f} s over {len(delays)} lines"
                 )
+            per_line, first, last = drift(kernel, n, args.drift)
+            print(
+                f"{n:>3} drift {args.drift} s a rank: {per_line:.1f} groups a line, first group "
+                f"{statistics.median(first):.3f} s (max {max(first):.3f}), last rank's "
+                f"{statistics.median(last):.3f} s (max {max(last):.3f})"
+            )
     finally:
         kernel.close()
 

@@ -9,8 +9,9 @@ import sys
 import time
 
 import pytest
+from helpers.ranklabels import label_ranks, text_of
 
-from notebook_launcher import WorkersFailedError
+from notebook_launcher import PartialState, WorkersFailedError
 from notebook_launcher import notebook_launcher as launch
 
 LINES_PER_RANK = 40
@@ -161,3 +162,25 @@ def test_custom_log_line_prefix_template(capfd):
     assert "<node 0 local 1 global 1> to stdout from 1" in out
     assert "<node 0 local 1 global 1> to stderr from 1" in lines_of(captured.err)
     assert "[rank" not in captured.out + captured.err
+
+
+def ranks_that_drift_apart():
+    state = PartialState()
+    state.wait_for_everyone()
+    time.sleep(0.6 * state.process_index)  # each rank 0.6 s behind the one before
+    print("epoch 1 done", flush=True)
+    print(f"loss of rank {state.process_index}", flush=True)
+
+
+def test_an_alike_line_of_ranks_that_drift_apart_is_shown_in_two_groups_at_most(capfd):
+    result = launch(ranks_that_drift_apart, num_processes=3)
+
+    out = lines_of(capfd.readouterr().out)
+    groups = [line for line in out if text_of(line) == "epoch 1 done"]
+    # Rank 0 within the grouping window, ranks 1 and 2 (lagging) together, not one by one.
+    assert sorted(rank for line in groups for rank in label_ranks(line)) == [0, 1, 2], out
+    assert len(groups) <= 2, out
+    for rank in range(3):
+        assert result.output(rank).splitlines() == ["epoch 1 done", f"loss of rank {rank}"]
+        own = [text_of(line) for line in out if rank in label_ranks(line)]
+        assert own == ["epoch 1 done", f"loss of rank {rank}"], out

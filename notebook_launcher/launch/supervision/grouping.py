@@ -75,16 +75,17 @@ class LineGroups:
     and either no other rank can join it any more, or it waited ``window`` seconds; among those
     ready, the oldest first. All leave on :meth:`take` with ``final``.
 
-    Lagging ranks: a line that other ranks' copy of left without (it was shown less than
-    ``lag`` seconds ago, without this rank) is a late line. The ranks ahead are not waited for
-    (their lines left already), but the other lagging ranks are, as long as they keep coming:
-    a late line leaves once every rank that prints has printed it (or printed past it), or when
-    no rank joined it for twice the lag of its first rank behind the line's first copy (at
-    least ``window``, at most ``lag``), and at the latest ``lag`` seconds after it began. Ranks
-    that drift apart by a few seconds thus show one line in two groups (``[rank0-6] epoch 1``,
-    then ``[rank7-63] epoch 1``) instead of one per ``window``. A lagging rank's later lines
-    wait behind its late line (its order is kept), so they too come out at most ``lag``
-    seconds after they were printed; the lines of ranks ahead never wait for a late line.
+    Lagging ranks: a rank's line is late when the same line was shown less than ``lag``
+    seconds ago for other ranks, without this rank (it printed it after their copy left).
+    Late lines, and the lines a rank prints after a late line of its own while that waits,
+    group only with each other, never with lines of the ranks ahead, which thus never wait for
+    a lagging rank. They wait for the other lagging ranks as long as those keep coming: a late
+    line leaves once every one of ``ranks`` has printed it (or printed past it), or when no
+    rank joined it for twice the largest lag of its ranks behind the line's first copy (at
+    least ``window``), and at the latest ``lag`` seconds after it began. Ranks that drift apart
+    by a few seconds thus show a line in two groups (``[rank0-6] epoch 1``, then
+    ``[rank7-63] epoch 1``) instead of one per ``window``. Every line leaves at most ``lag``
+    seconds after it was printed (a rank's lines wait for its earlier ones, which began before).
 
     Ranks that have not printed yet are waited for during the first ``patience`` seconds after
     the first line (ranks start at different times); then only ranks that print are (when only
