@@ -10,7 +10,9 @@ from ...ui.folding import rank_ranges
 GROUP_WINDOW = 0.3  # seconds at most a line waits for the other ranks to print it too
 SILENT_PATIENCE = 2.0  # seconds after the first line during which silent ranks are waited for
 LAG_PATIENCE = 3.0  # seconds at most a lagging rank's line waits for the other lagging ranks
-PRUNE_AT = 4096  # lines shown lately kept before those older than LAG_PATIENCE are dropped
+# Lines shown lately that are remembered, per generation (two are kept): in a flood of lines
+# a lagging rank's copy is recognised for a shorter while, and memory stays small.
+RECENT_LINES = 8192
 
 
 def rank_label(ranks: Iterable[int]) -> str:
@@ -117,13 +119,12 @@ class LineGroups:
         self._last: dict[int, _Group] = {}  # each rank's latest line
         self._every = 0  # the ranks in ``_last``, a bit mask
         self._labels: dict[int, str] = {}  # rank mask -> label
-        # The lines shown lately, by key: the ranks shown with them (since their first copy
-        # was printed, then), when that was, and when the last copy left. Plain values: no
-        # object per line lives on.
-        self._shown_mask: dict[str, int] = {}
-        self._shown_origin: dict[str, float] = {}
-        self._shown_at: dict[str, float] = {}
-        self._prune_at = PRUNE_AT
+        # The lines shown lately, by key: (the ranks shown with it since its first copy was
+        # printed, when that was, when the last copy left). Two generations of ``lag``
+        # seconds or RECENT_LINES lines each: the older one is dropped whole.
+        self._recent: dict[str, tuple[int, float, float]] = {}
+        self._recent_before: dict[str, tuple[int, float, float]] = {}
+        self._recent_since = 0.0  # when ``_recent`` began
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -138,23 +139,27 @@ class LineGroups:
         bit = 1 << rank
         held = last is not None and last.held and not last.done  # behind a late line
         before, origin, quiet = 0, 0.0, 0.0
-        shown_at = self._shown_at.get(key) if self._shown_at else None
-        if shown_at is not None and now - shown_at < self.lag:
-            shown = self._shown_mask[key]
-            if not shown & bit:  # shown lately without this rank: it lags
-                before, origin, held = shown, self._shown_origin[key], True
-                quiet = min(self.lag, max(self.window, 2 * (now - origin)))
+        entry = None
+        if self._recent or self._recent_before:
+            entry = self._recent.get(key) or self._recent_before.get(key)
+        if entry is not None and now - entry[2] < self.lag and not entry[0] & bit:
+            # Shown lately without this rank: it lags.
+            before, origin, _ = entry
+            held = True
+            quiet = min(self.lag, max(self.window, 2 * (now - origin)))
         if found is not None:
             for group in found if isinstance(found, list) else (found,):
                 if (group.mask | group.before) & bit or group.held is not held:
                     continue
-                if last is None or group.depth > last.depth:
-                    self._join(group, rank, last, now, quiet)
-                    return
-                if not group.next:  # nothing follows it yet: it can go deeper
-                    group.depth = last.depth + 1
-                    self._join(group, rank, last, now, quiet)
-                    return
+                if last is not None and group.depth <= last.depth:
+                    if group.next:
+                        continue
+                    group.depth = last.depth + 1  # nothing follows it yet: it can go deeper
+                if before:  # the ranks shown with the line's earlier copy
+                    group.before |= before
+                    group.origin = group.origin or origin
+                self._join(group, rank, last, now, quiet)
+                return
         group = _Group(stream, text, key, now, now + self.window, True)
         if held:
             group.held = True
@@ -260,27 +265,27 @@ class LineGroups:
     def _remember(self, key: str, group: _Group, now: float) -> None:
         """Note that ``group`` left: a rank that prints its line a moment later, not having
         printed it since its first copy was printed, lags."""
-        masks = self._shown_mask
-        at = self._shown_at.get(key)
-        fresh = at is not None and now - at < self.lag
-        if group.before:
-            if not fresh or self._shown_origin[key] != group.origin:
-                return  # the ranks ahead printed the line again since: that copy counts
-            masks[key] |= group.mask
-        elif fresh and not masks[key] & group.mask:  # other ranks' copy of it
-            masks[key] |= group.mask
-        elif group.mask != self._every or self._silent or at is not None:
-            masks[key] = group.mask
-            self._shown_origin[key] = group.first
-        else:  # every rank printed it: nobody lags behind it
-            return
-        self._shown_at[key] = now
-        if len(masks) > self._prune_at:
-            old = now - self.lag
-            shown_at = self._shown_at
-            for gone in [k for k, at in shown_at.items() if at <= old]:
-                del shown_at[gone], masks[gone], self._shown_origin[gone]
-            self._prune_at = max(PRUNE_AT, 2 * len(masks))
+        shown = self._recent
+        entry = shown.get(key) or self._recent_before.get(key)
+        mask = group.mask
+        if entry is not None and now - entry[2] < self.lag:
+            before, origin, _ = entry
+            if group.before:
+                if origin != group.origin:
+                    return  # the ranks ahead printed the line again since: that copy counts
+                mask |= before
+            elif not before & mask:  # other ranks' copy of it
+                mask |= before
+            else:
+                origin = group.first
+        elif group.before or (mask == self._every and not self._silent and entry is None):
+            return  # every rank printed it: nobody lags behind it
+        else:
+            origin = group.first
+        shown[key] = (mask, origin, now)
+        if now - self._recent_since >= self.lag or len(shown) >= RECENT_LINES:
+            self._recent_before, self._recent = shown, {}
+            self._recent_since = now
 
 
 def _each(after: Any) -> tuple:
