@@ -78,7 +78,8 @@ class LineGroups:
     ready, the oldest first. All leave on :meth:`take` with ``final``.
 
     Lagging ranks: a rank's line is late when the same line was shown less than ``lag``
-    seconds ago for other ranks, without this rank (it printed it after their copy left).
+    seconds ago for other ranks, without this rank (it printed it after their copy left; in a
+    flood of lines, among the last RECENT_LINES lines shown at least).
     Late lines, and the lines a rank prints after a late line of its own while that waits,
     group only with each other, never with lines of the ranks ahead, which thus never wait for
     a lagging rank. They wait for the other lagging ranks as long as those keep coming: a late
