@@ -79,7 +79,8 @@ def _mark_joined(dist: Any, name: str) -> None:
     if context is None or name != "gloo" or not joined.connects_at_init():
         return
     try:
-        joined.mark(dist.distributed_c10d._get_default_store(), context.restart_count)
+        store, restarts = dist.distributed_c10d._get_default_store(), context.restart_count
+        joined.count(store, joined.connected_key(restarts), restarts, dist.get_world_size())
     except Exception:  # the store is the launcher's: a failure here only costs the wait
         pass
 

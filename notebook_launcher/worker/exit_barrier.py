@@ -7,17 +7,17 @@ failed marks itself done in the job's store and waits until every rank has, as t
 does, before the group is destroyed and the process ends.
 
 No wait is needed once every rank's gloo group is connected to all its peers: each rank whose
-group the package's state created marks itself so in the store (see ``protocol/joined.py``), and a
-rank that finds every rank marked leaves at once, as a plain process would, instead of every rank
-waking together at the end (on a machine with fewer cores than ranks, their exits then pile up).
-It still counts itself, for the ranks that are waiting.
+group the package's state created counts itself so in the store, and the last of them lets every
+rank leave (see ``protocol/joined.py``). A rank that is done then leaves at once, after one look
+at the store, as a plain process would, instead of every rank waking together at the end (on a
+machine with fewer cores than ranks, their exits then pile up).
 
 The wait only ever delays the end of a rank that is finished: its result or failure has already
 been sent to the kernel, which stops every rank as soon as one fails (a signal, which ends the
 wait here), so the bound is only a backstop.
 
-Each rank counts itself in the store; the last one marks the job done, which wakes the others at
-once: each waits for that mark in a helper thread (the store's own blocking wait), so that its
+Otherwise each rank counts itself in the store; the last one lets every rank leave, which wakes
+the others at once: each waits for that mark in a helper thread (the store's own blocking wait), so that its
 main thread stays where the kernel's stop can end the wait (within :data:`STOP_LOOK` seconds once
 the function has ended, when the stop signal no longer raises: see :mod:`.stopping`).
 """
@@ -38,12 +38,12 @@ logger = logging.getLogger(__name__)
 
 TIMEOUT = 300.0  # seconds a done rank waits for the others at most (torch elastic's default)
 STOP_LOOK = 0.1  # seconds between looks at whether the kernel asked a waiting rank to stop
-KEY_PREFIX = "notebook_launcher/exit"
 
 
 def wait_for_all_ranks(restart_count: int) -> None:
-    """Mark this rank done for attempt ``restart_count`` and wait, at most :data:`TIMEOUT`
-    seconds, until every rank of the default process group has; no group, no wait.
+    """Wait, at most :data:`TIMEOUT` seconds, until every rank of the default process group may
+    leave in attempt ``restart_count`` (each is connected to all its peers, or each is done:
+    this rank is counted done here); no group, no wait.
 
     Never raises: the kernel's stop signal (see :mod:`.stopping`), another signal
     (KeyboardInterrupt, SystemExit) or a store error (the kernel's store gone) ends the wait, and
@@ -54,28 +54,15 @@ def wait_for_all_ranks(restart_count: int) -> None:
         if group is None:
             return
         store, rank, world_size = group
-        count_key, done_key = (
-            f"{KEY_PREFIX}/{restart_count}/count",
-            f"{KEY_PREFIX}/{restart_count}/all",
-        )
-        if store.add(count_key, 1) >= world_size:
-            store.set(done_key, "1")  # the last rank: the others wake up
-            return
-        if _all_connected(store, restart_count, world_size):
-            return  # nobody is still setting the group up: leave now, as a plain process would
-        _wait_until_done(store, done_key)
+        leave_key = joined.leave_key(restart_count)
+        if store.check([leave_key]):
+            return  # every rank's group is connected (or every rank is done): leave at once
+        joined.count(store, joined.done_key(restart_count), restart_count, world_size)
+        _wait_until_done(store, leave_key)
     except (KeyboardInterrupt, SystemExit):
         pass  # stopped by the kernel while waiting: the result is in, exit without a traceback
     except Exception as exc:  # the store went away with the kernel (or the job ended)
         logger.debug("exit barrier ended early: %r", exc)
-
-
-def _all_connected(store: Any, restart_count: int, world_size: int) -> bool:
-    """Whether every rank's gloo group is known to be connected to all its peers (each marked
-    itself once through ``init_process_group``, see ``protocol/joined.py``)."""
-    import torch.distributed as dist
-
-    return dist.get_backend() == "gloo" and joined.everyone(store, restart_count, world_size)
 
 
 def _default_group() -> tuple[Any, int, int] | None:
