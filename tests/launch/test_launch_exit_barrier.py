@@ -127,11 +127,15 @@ def test_a_rank_that_returns_right_after_joining_does_not_break_a_slower_peers_s
         ("PartialState", "shared memory", False),
         ("PartialState", "gloo", False),
         ("init_process_group", "gloo", True),
+        ("PartialState, gloo connecting lazily", "gloo", True),
     ],
 )
 def test_a_rank_that_returned_waits_only_for_a_peer_not_known_to_be_connected(
     monkeypatch, joins_with, exchange, waited
 ):
+    if joins_with.endswith("lazily"):  # gloo connects at the first collective, not at init
+        monkeypatch.setenv("TORCH_GLOO_LAZY_INIT", "1")
+        joins_with = "PartialState"
     if exchange == "gloo":
         monkeypatch.setenv(shared_memory.ENV_SWITCH, "0")
     elif not shared_memory.supported():
