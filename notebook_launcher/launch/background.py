@@ -163,16 +163,13 @@ class LaunchHandle:
         self._thread.start()
 
     def _supervise(self, function: Callable[..., Any], args: tuple, plan: LaunchPlan) -> None:
+        streams = self.view.streams
         if self._relay is not None:
             background_answerer.set(self._relay)
+            streams = self._relay.streams(streams)  # to the cell that answers, while one does
         try:
             result = launch(
-                function,
-                args,
-                plan,
-                listeners=(self.view,) if self._relay is None else (self.view, self._relay),
-                stop=self._stop,
-                streams=self.view.streams,
+                function, args, plan, listeners=(self.view,), stop=self._stop, streams=streams
             )
             result.panel = RunPanel(self.model)
             self._result = result
