@@ -97,7 +97,9 @@ class LaunchHandle:
         A rank that stops at a prompt (``breakpoint()``, ``input()``) while the launch runs in
         the background waits for a cell that calls ``wait()``: the prompt then opens in that
         cell, with the rank's lines since it stopped, as it would in the cell of a blocking
-        launch. Interrupting the cell leaves the rank waiting for the next one.
+        launch, and the ranks' lines go to that cell (not under the panel) until it returns.
+        Interrupting the cell leaves the rank waiting for the next one; a launch that ends
+        while the cell waits for an answer (stopped, a rank failed) ends the wait at once.
 
         Args:
             timeout: seconds to wait at most; None waits as long as the run takes.

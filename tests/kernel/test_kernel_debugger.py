@@ -690,6 +690,8 @@ def test_stopping_a_background_launch_at_a_prompt_ends_every_rank(kernel, tmp_pa
     stop.touch()
     cell.finish(30)
     assert cell.error() is not None and cell.error()["ename"] == "LaunchStoppedError", cell.output()
+    closed = "rank 1's prompt closed unanswered: the launch was stopped while the prompt waited"
+    assert closed in cell.stream(), cell.output()
     assert kernel.execute("handle.status", 30).result() == "'stopped'"
     assert wait_until(lambda: not kernel.workers(), 10.0), kernel.workers()
     # Another rank fails while the cell waits at rank 1's prompt: the cell reports the failure.
@@ -701,6 +703,7 @@ def test_stopping_a_background_launch_at_a_prompt_ends_every_rank(kernel, tmp_pa
     cell.finish(30)
     assert cell.error() is not None, cell.output()
     assert "rank 0 gave up" in cell.traceback(), cell.output()
+    assert "rank 1's prompt closed unanswered: rank 0 failed" in cell.stream(), cell.output()
     assert kernel.execute("handle.status", 30).result() == "'failed'"
     assert wait_until(lambda: not kernel.workers(), 10.0), kernel.workers()
     # The kernel asks for input as before.

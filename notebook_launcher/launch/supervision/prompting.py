@@ -50,6 +50,10 @@ IN_BACKGROUND = (
 NO_TERMINAL = "standard input is not a terminal"
 
 
+class PromptEnded(EOFError):
+    """A prompt that is no longer wanted (a rank failed while it waited): its rank is told so."""
+
+
 class Answerer:
     """Who answers the ranks' prompts: ``ask(prompt, password)`` returns the line typed;
     ``unavailable`` says why nobody can (then ``ask`` is never called)."""
@@ -216,6 +220,9 @@ class Prompter:
         self.answerer.about(handle.rank, _waits(request))
         try:
             line = self.answerer.ask(request.label(), request.kind == PASSWORD)
+        except PromptEnded as ended:
+            self._refuse_all(str(ended))
+            return
         except EOFError:
             if self.answerer.unavailable is not None:
                 self._refuse_all()
@@ -315,10 +322,11 @@ class Prompter:
         handle.answer(reply)
         self.group.publish(PromptAnswered(handle.rank))
 
-    def _refuse_all(self) -> None:
+    def _refuse_all(self, why: str | None = None) -> None:
+        """Tell each waiting rank that nobody answers: ``why`` (or why nobody can)."""
+        why = why or self.answerer.unavailable or ""
         for handle in self.waiting():
             request: InputRequest = handle.prompt
-            why = self.answerer.unavailable or ""
             self._send(
                 handle, InputReply(error=unavailable_message(handle.rank, request.kind, why))
             )

@@ -25,7 +25,7 @@ from collections import deque
 from typing import Any
 
 from ..processes.signals import cancel_raise, raise_in_thread
-from .prompting import Answerer
+from .prompting import Answerer, PromptEnded
 
 ASK_POLL = 0.2  # seconds between looks at the stop request while a prompt waits for its cell
 WAIT_TO_ANSWER = "call handle.wait() in a cell to answer"
@@ -55,7 +55,7 @@ class Relay(Answerer):
         self._asked: tuple[str, bool] | None = None
         self._asking = 0  # the number of the prompt asked (an answer is for one prompt only)
         self._answer: str | None = None
-        self._rank = ""  # "rank N is in the debugger": who asks
+        self._who = (-1, "")  # who asks: the rank, and "is in the debugger" or "waits for input"
         self._panel: Any = None  # where the launch shows its lines (None: the kernel's stdout)
         self._context: deque[str] = deque(maxlen=SHOWN_LINES)  # panel lines since the last take
         self._waiting_cell: int | None = None  # the thread of the cell that waits, if one does
@@ -65,6 +65,7 @@ class Relay(Answerer):
         self._retract = 0  # lines the panel takes back (they moved to the cell)
         self._inputting = False  # the cell waits in input()
         self._abandoning = False  # ... and was told to stop waiting
+        self._closed: str | None = None  # why the last prompt ended unanswered
 
     def streams(self, panel: tuple[Any, Any] | None) -> tuple[RelayStream, RelayStream]:
         """The launch's stdout and stderr for its lines, in place of ``panel`` (None: the
@@ -76,13 +77,14 @@ class Relay(Answerer):
     # -- the supervising thread -------------------------------------------------------------------
 
     def ask(self, prompt: str, password: bool) -> str:
-        """Wait until a cell answers ``prompt`` (or the launch is stopped, or the prompt is no
-        longer wanted: :class:`EOFError`)."""
+        """Wait until a cell answers ``prompt``; :class:`EOFError` if the launch is stopped
+        meanwhile, :class:`PromptEnded` if the prompt is no longer wanted (a rank failed)."""
         with self._changed:
             self._asked, self._answer = (prompt, password), None
             self._asking += 1
             self._changed.notify_all()
-        while True:
+        ended = None
+        while ended is None:
             with self._changed:
                 self._write_notes()
                 if self._answer is not None or self.unavailable is not None:
@@ -92,23 +94,21 @@ class Relay(Answerer):
                     break
                 self._changed.wait(ASK_POLL)
             ended = self.ending()  # reads the ranks: not under the lock
-            if ended is not None:
-                with self._changed:
-                    if self._answer is None and self.unavailable is None:
-                        self.unavailable = ended
-                break
         with self._changed:
             answer, self._asked, self._answer = self._answer, None, None
             if answer is None:
+                self._closed = ended or self.unavailable
                 self._abandon()
             self._write_notes()
-        if answer is None:
-            raise EOFError
-        return answer
+        if answer is not None:
+            return answer
+        if ended is not None and self.unavailable is None:
+            raise PromptEnded(ended)
+        raise EOFError
 
     def about(self, rank: int, waits: str) -> None:
         with self._changed:
-            self._rank = f"rank {rank} {waits}"
+            self._who = (rank, waits)
 
     def answered_elsewhere(self) -> str | None:
         with self._changed:
@@ -146,6 +146,10 @@ class Relay(Answerer):
         if self._inputting and self._waiting_cell is not None and not self._abandoning:
             self._abandoning = raise_in_thread(self._waiting_cell, PromptAbandoned)
 
+    def _note(self, text: str) -> str:
+        rank, waits = self._who
+        return f"notebook_launcher: rank {rank} {waits}: {text}"
+
     # -- the waiting cell's thread ----------------------------------------------------------------
 
     def serve(self, answerer: Answerer, done: threading.Event, timeout: float | None) -> None:
@@ -181,7 +185,7 @@ class Relay(Answerer):
                 if self._taken:
                     self._taken = False
                     if self._asked is not None:  # left for the next cell that waits
-                        self._for_panel.append(f"notebook_launcher: {self._rank}: {WAIT_TO_ANSWER}")
+                        self._for_panel.append(self._note(WAIT_TO_ANSWER))
             _show(lines)
 
     def _take(self) -> list[str]:
@@ -191,7 +195,7 @@ class Relay(Answerer):
         lines = [line for line in self._context if not line.endswith(WAIT_TO_ANSWER)]
         self._retract = len(self._context)
         self._context.clear()
-        self._for_panel.append(f"notebook_launcher: {self._rank}: {ANSWERED_THERE}")
+        self._for_panel.append(self._note(ANSWERED_THERE))
         return lines
 
     def _answer_with(self, answerer: Answerer, prompt: str, password: bool, number: int) -> None:
@@ -202,8 +206,11 @@ class Relay(Answerer):
                 line = answerer.ask(prompt, password)
             finally:
                 self._input_ended()
-        except PromptAbandoned:
-            return  # the prompt ended unanswered: the launch ends
+        except PromptAbandoned:  # the prompt ended unanswered: the launch ends
+            with self._changed:
+                rank, why = self._who[0], self._closed
+            print(f"notebook_launcher: rank {rank}'s prompt closed unanswered: {why}", flush=True)
+            return
         except EOFError:
             if answerer.unavailable is None:
                 line = "EOF"  # pdb quits on it, as at a prompt in the launching cell
