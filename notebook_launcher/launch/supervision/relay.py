@@ -27,7 +27,7 @@ from typing import Any
 from ..processes.signals import cancel_raise, raise_in_thread
 from .prompting import Answerer, PromptEnded
 
-ASK_POLL = 0.2  # seconds between looks at the stop request while a prompt waits for its cell
+ASK_POLL = 0.2  # seconds between looks at the stop request and the ranks while a prompt waits
 WAIT_TO_ANSWER = "call handle.wait() in a cell to answer"
 ANSWERED_THERE = (
     "answered in the cell that called handle.wait(), which shows the ranks' lines until it returns"
@@ -84,22 +84,24 @@ class Relay(Answerer):
             self._asking += 1
             self._changed.notify_all()
         ended = None
-        while ended is None:
+        try:
+            while ended is None:
+                with self._changed:
+                    self._write_notes()
+                    if self._answer is not None or self.unavailable is not None:
+                        break
+                    if self._stop.is_set():
+                        self.unavailable = "the launch was stopped while the prompt waited"
+                        break
+                    self._changed.wait(ASK_POLL)
+                ended = self.ending()  # reads the ranks: not under the lock
+        finally:  # whatever ends the wait, a cell in input() for this prompt stops waiting
             with self._changed:
+                answer, self._asked, self._answer = self._answer, None, None
+                if answer is None:
+                    self._closed = ended or self.unavailable or "the launch ended"
+                    self._abandon()
                 self._write_notes()
-                if self._answer is not None or self.unavailable is not None:
-                    break
-                if self._stop.is_set():
-                    self.unavailable = "the launch was stopped while the prompt waited"
-                    break
-                self._changed.wait(ASK_POLL)
-            ended = self.ending()  # reads the ranks: not under the lock
-        with self._changed:
-            answer, self._asked, self._answer = self._answer, None, None
-            if answer is None:
-                self._closed = ended or self.unavailable
-                self._abandon()
-            self._write_notes()
         if answer is not None:
             return answer
         if ended is not None and self.unavailable is None:
