@@ -131,6 +131,8 @@ class LaunchHandle:
         """
         _check_timeout(timeout)
         self._stop.set()
+        if self._relay is not None:
+            self._relay.wake()  # a prompt waiting for its cell ends now
         return self._done.wait(timeout)
 
     def add_done_callback(self, callback: Callable[[LaunchHandle], None]) -> None:
@@ -183,6 +185,8 @@ class LaunchHandle:
             with self._lock:
                 self._done.set()
                 callbacks, self._callbacks = self._callbacks, []
+            if self._relay is not None:
+                self._relay.wake()  # the cell that waits returns now
             _running.discard(self)
             for callback in callbacks:
                 _call_back(callback, self)

@@ -108,6 +108,11 @@ class Relay(Answerer):
             raise PromptEnded(ended)
         raise EOFError
 
+    def wake(self) -> None:
+        """The launch was stopped or ended: whoever waits on the relay looks again now."""
+        with self._changed:
+            self._changed.notify_all()
+
     def about(self, rank: int, waits: str) -> None:
         with self._changed:
             self._who = (rank, waits)
