@@ -193,6 +193,7 @@ class Relay(Answerer):
                     self._taken = False
                     if self._asked is not None:  # left for the next cell that waits
                         self._for_panel.append(self._note(WAIT_TO_ANSWER))
+                        self._changed.notify_all()  # the supervising thread writes it now
             _show(lines)
 
     def _take(self) -> list[str]:
@@ -203,6 +204,7 @@ class Relay(Answerer):
         self._retract = len(self._context)
         self._context.clear()
         self._for_panel.append(self._note(ANSWERED_THERE))
+        self._changed.notify_all()
         return lines
 
     def _answer_with(self, answerer: Answerer, prompt: str, password: bool, number: int) -> None:
