@@ -97,7 +97,9 @@ class LaunchHandle:
         A rank that stops at a prompt (``breakpoint()``, ``input()``) while the launch runs in
         the background waits for a cell that calls ``wait()``: the prompt then opens in that
         cell, with the rank's lines since it stopped, as it would in the cell of a blocking
-        launch. Interrupting the cell leaves the rank waiting for the next one.
+        launch, and the ranks' lines go to that cell (not under the panel) until it returns.
+        Interrupting the cell leaves the rank waiting for the next one; a launch that ends
+        while the cell waits for an answer (stopped, a rank failed) ends the wait at once.
 
         Args:
             timeout: seconds to wait at most; None waits as long as the run takes.
@@ -129,6 +131,8 @@ class LaunchHandle:
         """
         _check_timeout(timeout)
         self._stop.set()
+        if self._relay is not None:
+            self._relay.wake()  # a prompt waiting for its cell ends now
         return self._done.wait(timeout)
 
     def add_done_callback(self, callback: Callable[[LaunchHandle], None]) -> None:
@@ -163,16 +167,13 @@ class LaunchHandle:
         self._thread.start()
 
     def _supervise(self, function: Callable[..., Any], args: tuple, plan: LaunchPlan) -> None:
+        streams = self.view.streams
         if self._relay is not None:
             background_answerer.set(self._relay)
+            streams = self._relay.streams(streams)  # to the cell that answers, while one does
         try:
             result = launch(
-                function,
-                args,
-                plan,
-                listeners=(self.view,) if self._relay is None else (self.view, self._relay),
-                stop=self._stop,
-                streams=self.view.streams,
+                function, args, plan, listeners=(self.view,), stop=self._stop, streams=streams
             )
             result.panel = RunPanel(self.model)
             self._result = result
@@ -184,6 +185,8 @@ class LaunchHandle:
             with self._lock:
                 self._done.set()
                 callbacks, self._callbacks = self._callbacks, []
+            if self._relay is not None:
+                self._relay.wake()  # the cell that waits returns now
             _running.discard(self)
             for callback in callbacks:
                 _call_back(callback, self)

@@ -65,6 +65,12 @@ class LogTail:
     def flush(self) -> None:
         pass
 
+    def retract(self, count: int) -> None:
+        """Take back the last ``count`` lines written (they are shown elsewhere instead)."""
+        for _ in range(min(count, len(self.lines))):
+            self.lines.pop()
+        self.version += 1
+
     def html(self) -> str:
         return log_html(self.lines)
 

@@ -167,7 +167,9 @@ def in_kernel() -> bool:
 
 def one_output_area(stream: object) -> bool:
     """Whether ``stream`` is a notebook cell's output (ipykernel's), where each switch between
-    stdout and stderr starts another output area and stderr is drawn as an error."""
+    stdout and stderr starts another output area and stderr is drawn as an error. A stream
+    that passes its lines on to another (``passes_to``) is judged by that one."""
+    stream = getattr(stream, "passes_to", stream)
     return type(stream).__module__.startswith("ipykernel")
 
 

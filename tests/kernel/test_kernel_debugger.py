@@ -12,6 +12,8 @@ import time
 import pytest
 from helpers.kernelrun import alive, strip_ansi, wait_until
 
+from notebook_launcher.launch.supervision.relay import ANSWERED_THERE, WAIT_TO_ANSWER
+
 pytestmark = pytest.mark.kernel
 
 PROMPT_WAIT = 90.0  # seconds for a prompt (the first one starts the workers)
@@ -590,11 +592,11 @@ def test_debug_after_a_ddp_shape_error_opens_on_the_users_line_in_the_failing_ra
     assert wait_until(lambda: not alive(pids), 10.0), alive(pids)
 
 
-def in_background(kernel, call: str) -> None:
+def in_background(kernel, call: str, function: str = "train") -> None:
     """Start ``handle = launch_in_background(...)`` from a cell that takes input."""
     started = kernel.start(
         "from notebook_launcher import launch_in_background\n"
-        f"handle = launch_in_background(train, args=({call},), num_processes=2, "
+        f"handle = launch_in_background({function}, args=({call},), num_processes=2, "
         "stall_notice=1.0, stall_timeout=2.0, timeout=60.0)\n",
         store_history=True,
         allow_stdin=True,
@@ -603,10 +605,14 @@ def in_background(kernel, call: str) -> None:
     assert started.error() is None, started.output()
 
 
+def panel_lines(kernel) -> str:
+    """The lines under the background launch's panel, one string."""
+    return ast.literal_eval(kernel.execute("'\\n'.join(handle.view.log.lines)", 30).result())
+
+
 def panel_says(kernel, text: str) -> bool:
     """Whether the lines under the background launch's panel came to include ``text``."""
-    lines = lambda: kernel.execute("'\\n'.join(handle.view.log.lines)", 30).result() or ""  # noqa: E731
-    return bool(wait_until(lambda: text in lines(), PROMPT_WAIT, interval=1.0))
+    return bool(wait_until(lambda: text in panel_lines(kernel), PROMPT_WAIT, interval=1.0))
 
 
 def test_a_background_launchs_breakpoint_is_answered_by_the_cell_that_waits_on_it(kernel):
@@ -620,11 +626,22 @@ def test_a_background_launchs_breakpoint_is_answered_by_the_cell_that_waits_on_i
     # The waiting cell shows where the rank stopped, and what each command prints.
     stopped(cell, "(Pdb rank 1) ", r"\[rank1\] > Cell In\[\d+\], line 9, in train\(\)")
     printed(cell, "p x", "[rank1] 10")
+    printed(cell, "p x + 5", "[rank1] 15")
     # Interrupting the waiting cell leaves the rank at its prompt, for the next cell that waits.
     kernel.km.interrupt_kernel()
     cell.finish(60)
     assert cell.error() is not None and cell.error()["ename"] == "KeyboardInterrupt"
     assert kernel.execute("handle.done", 30).result() == "False"
+    # The debugger's lines were shown once, in the cell that answered: the panel kept a line
+    # that says so (and, once that cell returned, how to answer again), result.output every one.
+    assert panel_says(kernel, f"rank 1 is in the debugger: {WAIT_TO_ANSWER}")
+    panel = panel_lines(kernel).splitlines()
+    assert panel == [
+        f"notebook_launcher: rank 1 is in the debugger: {t}"
+        for t in (ANSWERED_THERE, WAIT_TO_ANSWER)
+    ], panel
+    assert cell.stream().count("in train()") == 1, cell.output()
+    assert cell.stream().splitlines().count("[rank1] 10") == 1, cell.output()
     again = kernel.start("handle.wait(timeout=120).values", store_history=True, allow_stdin=True)
     assert again.prompt(30) == "(Pdb rank 1) ", again.output()
     again.answer("c")
@@ -632,12 +649,67 @@ def test_a_background_launchs_breakpoint_is_answered_by_the_cell_that_waits_on_i
     assert again.error() is None, again.output()
     assert again.result() == "[1, 11]", again.output()
     assert wait_until(lambda: not kernel.workers(), 10.0), kernel.workers()
+    kept = ast.literal_eval(kernel.execute("handle.result.output(1)", 30).result()).splitlines()
+    assert kept[0].endswith("in train()") and kept[2:4] == ["10", "15"], kept
 
 
-def test_stopping_a_background_launch_at_a_prompt_ends_every_rank(kernel):
+ON_FILE = r"""
+import os, threading, time
+
+def on_file(path, act):
+    # calls act() in another thread once path exists (two minutes at most)
+    def watch():
+        end = time.monotonic() + 120
+        while not os.path.exists(path) and time.monotonic() < end:
+            time.sleep(0.05)
+        act()
+    threading.Thread(target=watch, daemon=True).start()
+
+def failing(path):
+    rank = int(os.environ["RANK"])
+    if rank == 1:
+        breakpoint()
+        return rank
+    end = time.monotonic() + 120
+    while not os.path.exists(path) and time.monotonic() < end:
+        time.sleep(0.05)
+    raise ValueError("rank 0 gave up")
+"""
+
+
+def test_stopping_a_background_launch_at_a_prompt_ends_every_rank(kernel, tmp_path):
     defined(kernel)
+    defined(kernel, ON_FILE)
     in_background(kernel, "1")
     assert panel_says(kernel, "rank 1 is in the debugger")
-    stopped = kernel.execute("handle.stop(timeout=30), handle.status", timeout=60)
-    assert stopped.result() == "(True, 'stopped')", stopped.output()
+    # Stopped from another thread while a cell waits in input() at the rank's prompt: the cell
+    # returns with the launch's outcome, nothing typed.
+    stop = tmp_path / "stop"
+    assert kernel.execute(f"on_file({str(stop)!r}, handle.stop)", 30).error() is None
+    cell = kernel.start("handle.wait(timeout=120)", store_history=True, allow_stdin=True)
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
+    stop.touch()
+    cell.finish(30)
+    assert cell.error() is not None and cell.error()["ename"] == "LaunchStoppedError", cell.output()
+    closed = "rank 1's prompt closed unanswered: the launch was stopped while the prompt waited"
+    assert closed in cell.stream(), cell.output()
+    assert kernel.execute("handle.status", 30).result() == "'stopped'"
     assert wait_until(lambda: not kernel.workers(), 10.0), kernel.workers()
+    # Another rank fails while the cell waits at rank 1's prompt: the cell reports the failure.
+    fail = tmp_path / "fail"
+    in_background(kernel, repr(str(fail)), function="failing")
+    cell = kernel.start("handle.wait(timeout=120)", store_history=True, allow_stdin=True)
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
+    fail.touch()
+    cell.finish(30)
+    assert cell.error() is not None, cell.output()
+    assert "rank 0 gave up" in cell.traceback(), cell.output()
+    assert "rank 1's prompt closed unanswered: rank 0 failed" in cell.stream(), cell.output()
+    assert kernel.execute("handle.status", 30).result() == "'failed'"
+    assert wait_until(lambda: not kernel.workers(), 10.0), kernel.workers()
+    # The kernel asks for input as before.
+    asked = kernel.start("input('again? ')", allow_stdin=True)
+    assert asked.prompt(30) == "again? ", asked.output()
+    asked.answer("yes")
+    asked.finish(30)
+    assert asked.result() == "'yes'", asked.output()

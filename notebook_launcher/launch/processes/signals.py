@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import threading
@@ -83,3 +84,19 @@ def interrupts_noted():
     finally:
         signal.signal(signal.SIGINT, previous)
         flag.close()
+
+
+def raise_in_thread(thread_id: int, error: type[BaseException]) -> bool:
+    """Have the thread ``thread_id`` raise ``error`` at its next Python instruction (a cell
+    blocked in the kernel's ``input()``, which polls its socket in Python, raises it within
+    a few milliseconds); whether the thread exists. :func:`cancel_raise` takes it back while
+    it is still pending."""
+    done = ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(error)
+    )
+    return bool(done)
+
+
+def cancel_raise(thread_id: int) -> None:
+    """Take back what :func:`raise_in_thread` asked ``thread_id`` to raise, if it has not yet."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), None)

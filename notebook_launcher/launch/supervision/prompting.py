@@ -32,6 +32,7 @@ from ...protocol.prompts import (
     PromptShown,
     unavailable_message,
 )
+from ...protocol.status import RankStatus
 from ..launchers import WorkerHandle
 from .group import WorkerGroup
 
@@ -49,6 +50,10 @@ IN_BACKGROUND = (
 NO_TERMINAL = "standard input is not a terminal"
 
 
+class PromptEnded(EOFError):
+    """A prompt that is no longer wanted (a rank failed while it waited): its rank is told so."""
+
+
 class Answerer:
     """Who answers the ranks' prompts: ``ask(prompt, password)`` returns the line typed;
     ``unavailable`` says why nobody can (then ``ask`` is never called)."""
@@ -60,6 +65,9 @@ class Answerer:
     ) -> None:
         self._ask = ask
         self.unavailable = unavailable
+        # Why the prompt asked now is no longer wanted (a rank failed), or None: looked at by
+        # an answerer that can stop waiting for its line (a relay); set by the Prompter.
+        self.ending: Callable[[], str | None] = lambda: None
 
     def ask(self, prompt: str, password: bool) -> str:
         """The line typed for ``prompt``; a frontend that turns out to take no input sets
@@ -76,6 +84,9 @@ class Answerer:
         """What the user must do for a prompt to be answered, when nobody answers it now and
         the cell that runs the launch is not the one that will (shown once per prompt)."""
         return None
+
+    def about(self, rank: int, waits: str) -> None:
+        """Who asks next: ``rank``, which ``waits`` ("is in the debugger", "waits for input")."""
 
 
 # Who answers the prompts of a launch supervised in a background thread (a relay to the cell
@@ -162,6 +173,7 @@ class Prompter:
         self.before_ask = before_ask
         self.handles = group.handles
         self.answerer = answerer
+        answerer.ending = self._ending
         self.clock = group.clock
         self.focus: int | None = None  # the rank whose prompt comes first
         self._told: tuple[int, ...] = ()  # the waiting ranks the cell was last told of
@@ -205,8 +217,12 @@ class Prompter:
         self.before_ask()
         self.group.publish(PromptShown(handle.rank))
         self._tell_where(handle, request)
+        self.answerer.about(handle.rank, _waits(request))
         try:
             line = self.answerer.ask(request.label(), request.kind == PASSWORD)
+        except PromptEnded as ended:
+            self._refuse_all(str(ended))
+            return
         except EOFError:
             if self.answerer.unavailable is not None:
                 self._refuse_all()
@@ -258,8 +274,19 @@ class Prompter:
         if where is None or handle.rank in self._told_where:
             return
         self._told_where.add(handle.rank)
-        waits = "is in the debugger" if request.kind == DEBUGGER else "waits for input"
-        self.write(f"notebook_launcher: rank {handle.rank} {waits}: {where}")
+        self.write(f"notebook_launcher: rank {handle.rank} {_waits(request)}: {where}")
+
+    def _ending(self) -> str | None:
+        """Why the prompt asked now is no longer wanted: a rank failed, or the rank that asked
+        left its prompt (it was killed). Reads what the ranks sent meanwhile."""
+        self.group.pump(0)
+        failed = [h.rank for h in self.group.with_status(RankStatus.FAILED)]
+        if failed:
+            return f"rank {', '.join(map(str, failed))} failed while the prompt waited"
+        asking = self._focused()
+        if asking is not None and asking.prompt is None:
+            return f"rank {asking.rank} left its prompt"
+        return None
 
     def _command(self, line: str, waiting: list[WorkerHandle]) -> bool:
         """Act on ``rank N`` / ``ranks ... CMD``; whether ``line`` was one of them."""
@@ -295,13 +322,18 @@ class Prompter:
         handle.answer(reply)
         self.group.publish(PromptAnswered(handle.rank))
 
-    def _refuse_all(self) -> None:
+    def _refuse_all(self, why: str | None = None) -> None:
+        """Tell each waiting rank that nobody answers: ``why`` (or why nobody can)."""
+        why = why or self.answerer.unavailable or ""
         for handle in self.waiting():
             request: InputRequest = handle.prompt
-            why = self.answerer.unavailable or ""
             self._send(
                 handle, InputReply(error=unavailable_message(handle.rank, request.kind, why))
             )
+
+
+def _waits(request: InputRequest) -> str:
+    return "is in the debugger" if request.kind == DEBUGGER else "waits for input"
 
 
 def _listed(waiting: list[WorkerHandle]) -> str:
