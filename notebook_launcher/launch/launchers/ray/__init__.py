@@ -253,13 +253,6 @@ class ClusterAttempt(RemoteAttempt):
             return problems, torch_note
         return None
 
-    def lost_node(self, handle: RayHandle, text: str = "") -> str | None:
-        """Why the rank ended if its node left the cluster; None while the node is alive (or
-        before the ranks have a place)."""
-        if self.placement is None:
-            return None
-        return lost_node(self.ray, self.placement, handle, text)
-
     # -- what the handles ask -----------------------------------------------------------------
 
     def kill(self, handle: RayHandle) -> None:
@@ -270,6 +263,13 @@ class ClusterAttempt(RemoteAttempt):
                 self.ray.kill(handle.actor, no_restart=True)
             except Exception:  # already gone
                 pass
+
+    def lost_node(self, handle: RayHandle, text: str = "") -> str | None:
+        """Why the rank ended if its node left the cluster; None while the node is alive (or
+        before the ranks have a place)."""
+        if self.placement is None:
+            return None
+        return lost_node(self.ray, self.placement, handle, text)
 
     def fetch(self, data: bytes) -> bytes:
         """A return value a rank put into the object store (it is freed there once fetched)."""
