@@ -1,4 +1,5 @@
-"""Which processes a test left running: shared by the leak checks of every test suite."""
+"""Which processes a test left running, and which sockets this process still listens on: shared
+by the leak checks of every test suite."""
 
 from __future__ import annotations
 
@@ -37,3 +38,13 @@ def live_descendants(pid: int | None = None) -> list[psutil.Process]:
             continue
         found.append(child)
     return found
+
+
+def listening(proc: psutil.Process | None = None) -> set[tuple[str, int]]:
+    """The ``(address, port)`` pairs ``proc`` (default: this process) listens on."""
+    proc = proc or psutil.Process()
+    return {
+        (c.laddr.ip, c.laddr.port)
+        for c in proc.net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN
+    }

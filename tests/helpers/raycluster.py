@@ -6,6 +6,8 @@ import os
 
 import psutil
 
+from helpers.processtree import listening
+
 # In every process that calls ray.init (this one, and the nodes it starts): without it Ray takes
 # "this node" to be the machine's external address even when told 127.0.0.1.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
@@ -60,16 +62,6 @@ def stop(local) -> None:
     """Leave the cluster and shut its nodes down."""
     ray.shutdown()
     local.shutdown()
-
-
-def listening(proc: psutil.Process | None = None) -> set[tuple[str, int]]:
-    """The ``(address, port)`` pairs ``proc`` (default: this process) listens on."""
-    proc = proc or psutil.Process()
-    return {
-        (c.laddr.ip, c.laddr.port)
-        for c in proc.net_connections(kind="tcp")
-        if c.status == psutil.CONN_LISTEN
-    }
 
 
 def live_actors() -> list[dict]:

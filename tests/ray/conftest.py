@@ -18,11 +18,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers.processtree import live_descendants
+from helpers.lanes import lane_ends, mark_lane
+from helpers.processtree import listening, live_descendants
 from helpers.raycluster import (
     NO_RAY,
     held_groups,
-    listening,
     live_actors,
     rank_processes,
     ray,
@@ -40,9 +40,7 @@ _running: list = []  # the lane's cluster while its tests run
 
 
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if HERE in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.timeout(LANE_TIMEOUT))
+    mark_lane(items, HERE, LANE_TIMEOUT)
 
 
 @pytest.fixture
@@ -66,7 +64,7 @@ def _stop(local) -> None:
 def pytest_runtest_teardown(item, nextitem):
     """After the lane's last test (the next one lives elsewhere, or there is none): stop the
     cluster, once the test's own fixtures were torn down."""
-    if _running and (nextitem is None or Path(str(nextitem.path)).resolve().parent != HERE):
+    if _running and lane_ends(nextitem, HERE):
         _stop(_running.pop())
 
 

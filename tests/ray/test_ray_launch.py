@@ -17,8 +17,11 @@ from pathlib import Path
 import cloudpickle
 import pytest
 import torch
+from helpers import lanes
+from helpers.lanes import train_ddp_steps
+from helpers.processtree import listening
 from helpers.ranklabels import printed_by
-from helpers.raycluster import SLOTS, START, listening, listening_addresses, rank_niceness
+from helpers.raycluster import SLOTS, START, listening_addresses, rank_niceness
 
 from notebook_launcher import (
     ClusterError,
@@ -27,11 +30,11 @@ from notebook_launcher import (
     WorkersFailedError,
     WorkerStalledError,
     launch_in_background,
-    log,
     notebook_launcher,
 )
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(lanes)
 ON_TWO_NODES = RayCluster(resources_per_process=SLOTS, timeout=START)
 
 
@@ -44,20 +47,7 @@ def on_cluster(function, *args, num_processes: int = 2, **options):
 def train_ddp(steps: int):
     import ray
 
-    state = PartialState()
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 1)
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05)
-    data = torch.Generator().manual_seed(state.process_index)
-    for step in range(steps):
-        x = torch.randn(8, 4, generator=data)
-        loss = ((ddp(x) - x.sum(1, keepdim=True)) ** 2).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        log({"loss": loss.item()}, step=step)
-    print(f"rank {state.process_index} trained", flush=True)
+    _, model = train_ddp_steps(steps)
     os.write(1, b"written below Python\n")
     return {
         "node": ray.get_runtime_context().get_node_id(),

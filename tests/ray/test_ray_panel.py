@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import cloudpickle
+from helpers.lanes import panel_run
 from helpers.raycluster import START
 
 from notebook_launcher import LaunchPanel, RayCluster, log
@@ -38,18 +38,10 @@ def test_the_panel_launches_on_the_cluster_and_its_ranks_span_both_nodes(cluster
     assert f"Ray cluster (address {cluster.address}), 4 ranks × {{CPU: 1, slot: 1}}" in (
         panel.plan.value
     )
-    panel.launch_button.click()
-    handle = panel.handle
-    assert handle is not None and panel.runs.children == (handle.view.widget,)
-    values = handle.wait(START + 60).values
+    handle, values = panel_run(panel, START + 60)
     assert [value["rank"] for value in values] == [0, 1, 2, 3]
     nodes = [value["node"] for value in values]
     assert len(set(nodes)) == 2 and nodes[0] == nodes[1] and nodes[2] == nodes[3]
-    deadline = time.monotonic() + 30
-    while "finished in" not in panel.message.value:
-        assert time.monotonic() < deadline, panel.message.value
-        time.sleep(0.05)
-    assert not panel.launch_button.disabled and panel.stop_button.disabled
     ranks = handle.model.ranks
     assert all(state.node for state in ranks) and len({state.node for state in ranks}) == 2
     assert ">node<" in handle.view.status.value  # the status table's node column

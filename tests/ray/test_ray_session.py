@@ -12,8 +12,10 @@ import time
 
 import cloudpickle
 import pytest
+from helpers.lanes import interrupted_call, killed_rank_breaks, warm_call_median
 from helpers.memory import held_then_left
-from helpers.raycluster import SLOTS, START, held_groups, listening, live_actors
+from helpers.processtree import listening
+from helpers.raycluster import SLOTS, START, held_groups, live_actors
 
 from notebook_launcher import RayCluster, Session, SessionBrokenError
 
@@ -54,13 +56,7 @@ def test_a_session_across_nodes_keeps_its_state_until_a_rank_dies():  # noqa: PL
         session.exec("dist.all_reduce(x)")  # and the process group
         assert session.exec("float(x)").values == [40.0] * 4
 
-        timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))  # the stop button
-        timer.start()
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                session.exec("import time\ntime.sleep(60)")
-        finally:
-            timer.join()
+        interrupted_call(session)
         assert session.state == "alive"
         assert session.exec("y").values == [5] * 4
 
@@ -68,20 +64,10 @@ def test_a_session_across_nodes_keeps_its_state_until_a_rank_dies():  # noqa: PL
         assert [float(t[0]) for t in large] == [0.0, 1.0, 2.0, 3.0]
         assert all(t.numel() == 1 << 20 for t in large)
 
-        warm = []
-        for _ in range(20):
-            started = time.perf_counter()
-            session.exec("y")
-            warm.append(time.perf_counter() - started)
-        print(f"warm session call, 4 ranks on 2 nodes: median {sorted(warm)[10] * 1000:.1f} ms")
+        warm = warm_call_median(session, "y", 20)
+        print(f"warm session call, 4 ranks on 2 nodes: median {warm * 1000:.1f} ms")
 
-        os.kill(places[3][1], signal.SIGKILL)  # a rank's process dies between calls
-        deadline = time.monotonic() + 30
-        while session.state == "alive" and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert session.state == "broken"
-        with pytest.raises(SessionBrokenError):
-            session.exec("y")
+        killed_rank_breaks(session, places[3][1], "y")  # a rank's process dies between calls
     finally:
         session.close()
     assert session.state == "closed"

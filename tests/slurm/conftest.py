@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from helpers import slurmcluster
-from helpers.processtree import live_descendants
+from helpers.lanes import lane_ends, mark_lane
+from helpers.processtree import listening, live_descendants
 
 HERE = Path(__file__).resolve().parent
 LANE_TIMEOUT = 300  # seconds one test of the lane may take
@@ -23,9 +24,7 @@ _running: list = []
 
 
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if HERE in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.timeout(LANE_TIMEOUT))
+    mark_lane(items, HERE, LANE_TIMEOUT)
 
 
 @pytest.fixture
@@ -44,7 +43,7 @@ def slurm():
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
     """After the lane's last test: stop the cluster's daemons."""
-    if _running and (nextitem is None or Path(str(nextitem.path)).resolve().parent != HERE):
+    if _running and lane_ends(nextitem, HERE):
         _running.pop().stop()
         os.environ.pop("SLURM_CONF", None)
 
@@ -57,19 +56,11 @@ def _daemon(proc, pids: set[int]) -> bool:
         return True
 
 
-def _listening() -> set:
-    import psutil
-
-    return {
-        c.laddr for c in psutil.Process().net_connections("tcp") if c.status == psutil.CONN_LISTEN
-    }
-
-
 @pytest.fixture(autouse=True)
 def no_leaks(slurm):
     """Replaces the suite's check (the cluster's daemons are this process's children): after
     each test no job or step of ours in squeue, no other process of ours, no listener."""
-    before = _listening()
+    before = listening()
     yield
     left = slurm.wait_no_jobs(SETTLE)
     assert not left, f"jobs left in squeue: {left}"
@@ -82,5 +73,5 @@ def no_leaks(slurm):
     for proc in strays:
         proc.kill()
     assert not strays, f"processes left: {[(p.pid, p.cmdline()) for p in strays]}"
-    new = _listening() - before
+    new = listening() - before
     assert not new, f"sockets left listening in the kernel: {sorted(new)}"

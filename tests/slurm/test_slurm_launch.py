@@ -19,6 +19,8 @@ from pathlib import Path
 import cloudpickle
 import pytest
 import torch
+from helpers import lanes
+from helpers.lanes import train_ddp_steps
 
 from notebook_launcher import (
     ClusterError,
@@ -26,11 +28,11 @@ from notebook_launcher import (
     SlurmCluster,
     WorkersFailedError,
     WorkerStalledError,
-    log,
     notebook_launcher,
 )
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(lanes)
 TWO_NODES = SlurmCluster(nodes=2, kernel_address="127.0.0.1", timeout=120)
 STEP_LIMIT = 60.0  # seconds a test waits for a job or step to show
 
@@ -42,20 +44,7 @@ def on_slurm(function, *args, num_processes: int = 2, cluster=TWO_NODES, **optio
 
 
 def train_ddp(steps: int):
-    state = PartialState()
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 1)
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05)
-    data = torch.Generator().manual_seed(state.process_index)
-    for step in range(steps):
-        x = torch.randn(8, 4, generator=data)
-        loss = ((ddp(x) - x.sum(1, keepdim=True)) ** 2).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        log({"loss": loss.item()}, step=step)
-    print(f"rank {state.process_index} trained", flush=True)
+    _, model = train_ddp_steps(steps)
     return {
         "node": os.environ["SLURMD_NODENAME"],
         "job": os.environ["SLURM_JOB_ID"],

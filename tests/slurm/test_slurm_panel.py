@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import cloudpickle
+from helpers.lanes import panel_run
 
 from notebook_launcher import LaunchPanel, SlurmCluster, log
 
@@ -33,17 +33,9 @@ def test_the_panel_launches_on_slurm_and_its_ranks_span_both_nodes(slurm):
         nodes=2, time="0:05:00", kernel_address="127.0.0.1", timeout=120
     )
     assert "4 ranks: 2 nodes × 2 tasks" in panel.plan.value
-    panel.launch_button.click()
-    handle = panel.handle
-    assert handle is not None and panel.runs.children == (handle.view.widget,)
-    values = handle.wait(180).values
+    handle, values = panel_run(panel, 180)
     assert [value["rank"] for value in values] == [0, 1, 2, 3]
     assert [value["node"] for value in values] == ["n1", "n1", "n2", "n2"]
-    deadline = time.monotonic() + 30
-    while "finished in" not in panel.message.value:
-        assert time.monotonic() < deadline, panel.message.value
-        time.sleep(0.05)
-    assert not panel.launch_button.disabled and panel.stop_button.disabled
     ranks = handle.model.ranks
     assert [state.node for state in ranks] == ["n1", "n1", "n2", "n2"]
     assert ">node<" in handle.view.status.value  # the status table's node column

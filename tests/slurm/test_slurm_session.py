@@ -5,13 +5,11 @@ back."""
 from __future__ import annotations
 
 import os
-import signal
-import threading
-import time
 
 import pytest
+from helpers.lanes import interrupted_call, killed_rank_breaks, warm_call_median
 
-from notebook_launcher import Session, SessionBrokenError, SlurmCluster
+from notebook_launcher import Session, SlurmCluster
 
 # A 4-minute limit: less than the 5 minutes at which a session warns, from its first call on.
 TWO_NODES = SlurmCluster(nodes=2, time="00:04:00", kernel_address="127.0.0.1", timeout=120)
@@ -87,29 +85,13 @@ def test_a_session_holds_its_job_across_calls_until_closed(slurm, capfd):
         assert session.exec("float(x)").values == [6.0, 6.0]
         assert slurm.jobs() == jobs  # the same job, held
 
-        timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))  # the stop button
-        timer.start()
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                session.exec("import time\ntime.sleep(60)")
-        finally:
-            timer.join()
+        interrupted_call(session)
         assert session.state == "alive"
 
-        warm = []
-        for _ in range(10):
-            started = time.perf_counter()
-            session.exec("1")
-            warm.append(time.perf_counter() - started)
-        print(f"warm session call, 2 ranks on 2 nodes: median {sorted(warm)[5] * 1000:.1f} ms")
+        warm = warm_call_median(session, "1", 10)
+        print(f"warm session call, 2 ranks on 2 nodes: median {warm * 1000:.1f} ms")
 
-        os.kill(places[1][1], signal.SIGKILL)  # a rank's process dies between calls
-        deadline = time.monotonic() + 30
-        while session.state == "alive" and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert session.state == "broken"
-        with pytest.raises(SessionBrokenError):
-            session.exec("1")
+        killed_rank_breaks(session, places[1][1], "1")  # a rank's process dies between calls
     finally:
         session.close()
     assert session.state == "closed"

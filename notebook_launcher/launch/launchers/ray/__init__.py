@@ -4,8 +4,14 @@ The kernel is the cluster's driver. Each attempt reserves one placement group fo
 (all start or none), starts one actor per rank in it (owned by the kernel, so they die with it),
 lets rank 0's actor host the job's rendezvous store, and gives every rank the torchrun
 environment. Events and output come back over one authenticated socket per rank
-(:mod:`.links`), which the ranks' handles turn into what a local worker's pipes carry: the worker
-group, supervisor, watchdogs and views are the same as for fork and spawn.
+(:mod:`..remote.links`), which the ranks' handles turn into what a local worker's pipes carry: the
+worker group, supervisor, watchdogs and views are the same as for fork and spawn.
+
+The parts: :mod:`.settings` (what a launch asks for), :mod:`.joining` (joining the cluster and
+reserving an attempt's placement group), this module (the launcher, and one attempt: its actors
+started, awaited and released), :mod:`.handle` (a rank that is an actor), :mod:`.watch` (the
+watch over the ranks' runs, and how a rank's or node's end is worded) and :mod:`.node_check`
+(what each node lacks).
 
 Ray does what it is good at: scheduling, GPU assignment, shipping packages (``runtime_env``),
 noticing a lost node, and moving large return values (through its object store).
@@ -18,7 +24,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import threading
 import time
 from typing import Any
 
@@ -30,15 +35,14 @@ from ...errors import ClusterError
 from ...planning.plan import LaunchPlan
 from ..base import WorkerHandle
 from ..remote.launcher import RemoteAttempt, RemoteLauncher, on_its_node
-from ..remote.links import Commands, Relay, RemoteHandle, close_writers, new_handle
-from .joining import PLACEMENT_POLL, Placement, first_lines, join, reserve, uploaded
+from ..remote.links import Commands, Relay, new_handle
+from .handle import RayHandle
+from .joining import PLACEMENT_POLL, Placement, join, reserve, uploaded
 from .node_check import problems_by_node, report
+from .watch import RankWatch, lost_node
 
 logger = logging.getLogger(__name__)
-WATCH_EVERY = 0.1  # seconds between the watcher's looks at the ranks' runs
-KERNEL_HELD = 1.0  # seconds between the watcher's looks that mean this kernel was held up
 CHECK_WAIT = 5.0  # seconds the last answers get once every rank connected
-NODE_LOST = "its node has died"  # in Ray's message when an actor's node left the cluster
 
 __all__ = ["ClusterError", "RayLauncher"]
 
@@ -80,12 +84,11 @@ class ClusterAttempt(RemoteAttempt):
         self.settings = settings
         self.actor_class = actor_class
         super().__init__()
-        self.handles: list[RemoteHandle] = []
+        self.handles: list[RayHandle] = []
         self.placement: Placement | None = None
         self.relay: Relay | None = None
         self._killed: set[int] = set()
-        self._watcher: threading.Thread | None = None
-        self._last_tick = 0.0
+        self.watch: RankWatch | None = None
         self._checks: dict[Any, int] = {}  # each actor's environment check -> its rank
         self._answers: dict[int, Any] = {}
         self._modules: tuple[str, ...] = ()
@@ -104,6 +107,7 @@ class ClusterAttempt(RemoteAttempt):
                 placement.node_ranks[rank],
                 placement.node_label(rank),
                 self,
+                RayHandle,
             )
             for rank in range(len(specs))
         ]
@@ -129,10 +133,10 @@ class ClusterAttempt(RemoteAttempt):
                 store,
                 placement.row_label(handle.rank),
             )
-        self._watcher = threading.Thread(
-            target=self._watch, name="notebook_launcher-ray-watch", daemon=True
+        self.watch = RankWatch(
+            ray, self.handles, placement, self.settings.node_timeout, self._killed
         )
-        self._watcher.start()
+        self.watch.start()
 
     def _options(self, rank: int) -> dict[str, Any]:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -249,134 +253,9 @@ class ClusterAttempt(RemoteAttempt):
             return problems, torch_note
         return None
 
-    # -- watching ---------------------------------------------------------------------------
-
-    def _watch(self) -> None:
-        ray = self.ray
-        self._last_tick = time.monotonic()
-        while not self._released:
-            for handle in self.handles:
-                handle.process.overdue()
-            self._check_silence()
-            pending = {h.run: h for h in self.handles if h.run is not None and not h.process.known}
-            if not pending:
-                if all(not h.process.is_alive() for h in self.handles):
-                    return
-                time.sleep(WATCH_EVERY)
-                continue
-            try:
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=WATCH_EVERY)
-            except Exception:  # the driver is shutting down
-                return
-            for ref in ready:
-                self._ended(pending[ref], ref)
-
-    def _check_silence(self) -> None:
-        """End the ranks of a node from which nothing (not even a heartbeat) came for
-        ``node_timeout`` seconds: it is frozen, cut off, or gone without closing its sockets."""
-        now = time.monotonic()
-        gap, self._last_tick = now - self._last_tick, now
-        if gap > KERNEL_HELD:  # this kernel itself could not listen meanwhile: not the node's
-            for handle in self.handles:
-                handle.heard += gap
-        limit = self.settings.node_timeout
-        listening: dict[str, list[RemoteHandle]] = {}
-        for handle in self.handles:
-            if handle.link is not None and not handle.process.known:
-                listening.setdefault(self.placement.node_ids[handle.rank], []).append(handle)
-        for node_id, handles in listening.items():
-            if all(now - handle.heard >= limit for handle in handles):
-                death = self._silent(node_id, limit)
-                for handle in handles:
-                    handle.process.silent = True
-                    handle.process.ended(-9, death)
-
-    def _silent(self, node_id: str, limit: float) -> str:
-        """Why the ranks of ``node_id`` were ended when none sent anything for ``limit`` s: a
-        rank alone on its node may be frozen itself, or its node may be; several ranks of one
-        node all silent mean the node. Says whether Ray still sees the node."""
-        ranks = self.placement.ranks_on(node_id)
-        where = (
-            f"{self.handles[ranks[0]].node.split(',')[0]} (address "
-            f"{self.placement.addresses.get(node_id, '?')}, Ray node {node_id})"
-        )
-        alive = next((n.get("Alive") for n in self._nodes() if n.get("NodeID") == node_id), None)
-        ray_view = {True: "Ray still sees it as alive", False: "Ray shows it as dead"}.get(
-            alive, "Ray no longer lists it"
-        )
-        after = (
-            "the other ranks were stopped (RayCluster(node_timeout=...) sets how long a rank may "
-            "be silent)"
-        )
-        if len(ranks) == 1:
-            return (
-                f"rank {ranks[0]} stopped answering: it sent nothing for {limit:g} s, not even "
-                "the heartbeat it sends every second from a thread of its own (its process "
-                "frozen or stuck outside Python, or its node frozen or cut off from this "
-                f"kernel); it was alone on {where}: {ray_view}; {after}"
-            )
-        return (
-            f"its node stopped answering: {where} sent nothing for {limit:g} s, not even the "
-            "heartbeat each rank sends every second (frozen, cut off from this kernel, or gone "
-            f"without closing its connections), with rank {', '.join(map(str, ranks))} on it, "
-            f"all silent: {ray_view}; {after}"
-        )
-
-    def _ended(self, handle: RemoteHandle, ref: Any) -> None:
-        ray = self.ray
-        try:
-            code, death = int(ray.get(ref)), None
-        except ray.exceptions.RayActorError as error:
-            code, death = -9, self._death(handle, error)
-        except Exception as error:  # the run itself failed in the actor
-            code, death = 1, f"its Ray task failed: {first_lines(error)}"
-        if handle.link is None:
-            close_writers(handle)
-        handle.process.ended(code, death)
-
-    def _death(self, handle: RemoteHandle, error: BaseException) -> str | None:
-        """Why a rank's actor died, as a report says it (None: the kernel killed it)."""
-        if handle.rank in self._killed:
-            return None
-        text = str(error)
-        lost = self.lost_node(handle, text)
-        if lost is not None:
-            return lost
-        if "No module named" in text or getattr(error, "actor_init_failed", False):
-            return (
-                f"its Ray actor could not start: {first_lines(error)}. notebook_launcher and "
-                "what the function imports must be installed on every node (or shipped with "
-                "RayCluster(runtime_env={'py_modules': [...]} or {'pip': [...]}))"
-            )
-        return f"its Ray actor died: {first_lines(error)}"
-
-    def lost_node(self, handle: RemoteHandle, text: str = "") -> str | None:
-        """Why the rank ended if its node left the cluster (Ray's error ``text`` says so, or the
-        cluster shows the node dead); None while the node is alive."""
-        if self.placement is None:
-            return None
-        node_id = self.placement.node_ids[handle.rank]
-        node = next((n for n in self._nodes() if n.get("NodeID") == node_id), {})
-        if NODE_LOST not in text and node.get("Alive") is not False:
-            return None
-        ranks = self.placement.ranks_on(node_id)
-        address = self.placement.addresses.get(node_id, "?")
-        why = node.get("DeathReasonMessage") or _after(text, NODE_LOST)
-        return (
-            f"its node was lost: {handle.node.split(',')[0]} (address {address}, Ray node "
-            f"{node_id}) left the cluster{f' ({why})' if why else ''}, with rank "
-            f"{', '.join(map(str, ranks))} on it; the other ranks were stopped"
-        )
-
-    def _nodes(self) -> list[dict]:
-        try:
-            return self.ray.nodes()
-        except Exception:
-            return []
-
     # -- what the handles ask -----------------------------------------------------------------
 
-    def kill(self, handle: RemoteHandle) -> None:
+    def kill(self, handle: RayHandle) -> None:
         self._killed.add(handle.rank)
         handle.process.killed = True
         if handle.actor is not None:
@@ -384,6 +263,13 @@ class ClusterAttempt(RemoteAttempt):
                 self.ray.kill(handle.actor, no_restart=True)
             except Exception:  # already gone
                 pass
+
+    def lost_node(self, handle: RayHandle, text: str = "") -> str | None:
+        """Why the rank ended if its node left the cluster; None while the node is alive (or
+        before the ranks have a place)."""
+        if self.placement is None:
+            return None
+        return lost_node(self.ray, self.placement, handle, text)
 
     def fetch(self, data: bytes) -> bytes:
         """A return value a rank put into the object store (it is freed there once fetched)."""
@@ -401,12 +287,14 @@ class ClusterAttempt(RemoteAttempt):
 
     def _release(self) -> None:
         """Kill every actor, close the listener, remove the placement group."""
+        if self.watch is not None:
+            self.watch.stop()
         for handle in self.handles:
             self.kill(handle)
         if self.relay is not None:
             self.relay.close()
-        if self._watcher is not None and self._watcher is not threading.current_thread():
-            self._watcher.join(2.0)
+        if self.watch is not None:
+            self.watch.join(2.0)
         if self.placement is not None:
             try:
                 from ray.util.placement_group import remove_placement_group
@@ -423,9 +311,3 @@ class ClusterAttempt(RemoteAttempt):
 def _here() -> Any:
     """This kernel's own environment (versions), described once."""
     return describe_node()
-
-
-def _after(text: str, marker: str) -> str:
-    rest = text.split(marker, 1)[-1] if marker in text else ""
-    lines = [line.strip(" .\t") for line in rest.splitlines() if line.strip(" .\t")]
-    return "; ".join(line for line in lines[1:] if not line.startswith("Node Id"))[:300]

@@ -31,7 +31,6 @@ from .gate import MAX_PENDING, Gate
 logger = logging.getLogger(__name__)
 EOF_WAIT = 1.0  # seconds a rank's socket may stay open after Ray reported its end
 SILENT_END = "killed after it went silent"  # a rank ended for sending nothing, as errors say
-NODE_SETTLE = 2.0  # seconds a node that sent its ranks SIGTERM may take to show as gone
 
 
 class RemoteProcess:
@@ -132,12 +131,10 @@ class Commands:
 
 @dataclass(eq=False)
 class RemoteHandle(WorkerHandle):
-    """A rank running in a Ray actor: what the kernel reads is local, what it sends goes over
-    the rank's socket, and killing it kills its actor."""
+    """A rank on another machine: what the kernel reads is local, what it sends goes over the
+    rank's socket, and its attempt kills it."""
 
-    attempt: Any = None  # the ClusterAttempt that started it
-    actor: Any = None
-    run: Any = None  # the ObjectRef of the actor's run
+    attempt: Any = None  # the attempt that started it
     link: Any = None  # the rank's socket once it connected (a multiprocessing Connection)
     writers: tuple = ()  # local write ends: events, stdout, stderr
     heard: float = 0.0  # time.monotonic() of the last message from the rank (heartbeats too)
@@ -201,16 +198,6 @@ class RemoteHandle(WorkerHandle):
 
     def ended_as(self) -> str | None:
         return SILENT_END if self.process.silent else None
-
-    def outside_stop(self) -> str | None:
-        # A node shutting down sends its processes SIGTERM before it leaves: the cluster shows
-        # it dead moments later.
-        end = time.monotonic() + NODE_SETTLE
-        while True:
-            lost = self.death()
-            if lost is not None or time.monotonic() >= end:
-                return lost
-            time.sleep(0.05)
 
     def close(self) -> None:
         super().close()
