@@ -677,7 +677,7 @@ def failing(path):
 """
 
 
-def test_stopping_a_background_launch_at_a_prompt_ends_every_rank(kernel, tmp_path):
+def test_stopping_or_failing_a_launch_at_a_prompt_ends_every_rank(kernel, tmp_path):
     defined(kernel)
     defined(kernel, ON_FILE)
     in_background(kernel, "1")
@@ -706,6 +706,21 @@ def test_stopping_a_background_launch_at_a_prompt_ends_every_rank(kernel, tmp_pa
     assert "rank 0 gave up" in cell.traceback(), cell.output()
     assert "rank 1's prompt closed unanswered: rank 0 failed" in cell.stream(), cell.output()
     assert kernel.execute("handle.status", 30).result() == "'failed'"
+    assert wait_until(lambda: not kernel.workers(), 10.0), kernel.workers()
+    # The same in a blocking launch: the launching cell itself waits in input() at rank 1's
+    # prompt when rank 0 fails; it reports the failure, nothing typed.
+    fail = tmp_path / "fail-blocking"
+    cell = kernel.start(
+        f"notebook_launcher(failing, args=({str(fail)!r},), num_processes=2)",
+        store_history=True,
+        allow_stdin=True,
+    )
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
+    fail.touch()
+    cell.finish(30)
+    assert cell.error() is not None, cell.output()
+    assert "rank 0 gave up" in cell.traceback(), cell.output()
+    assert "rank 1's prompt closed unanswered: rank 0 failed" in cell.stream(), cell.output()
     assert wait_until(lambda: not kernel.workers(), 10.0), kernel.workers()
     # The kernel asks for input as before.
     asked = kernel.start("input('again? ')", allow_stdin=True)

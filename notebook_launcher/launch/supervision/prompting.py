@@ -34,9 +34,11 @@ from ...protocol.prompts import (
 )
 from ...protocol.status import RankStatus
 from ..launchers import WorkerHandle
+from ..processes.signals import cancel_raise, raise_in_thread
 from .group import WorkerGroup
 
 FOCUS_WAIT = 0.3  # seconds the rank just answered gets to ask again before another rank's turn
+ASK_POLL = 0.2  # seconds between looks at the ranks while the cell waits for a line
 _RANK = re.compile(r"\s*rank\s+(\d+)\s*$")
 _RANKS = re.compile(r"\s*ranks\s+(all|\d+(?:\s*,\s*\d+)*)\s+(.*)$")
 NO_INPUT = (
@@ -54,6 +56,56 @@ class PromptEnded(EOFError):
     """A prompt that is no longer wanted (a rank failed while it waited): its rank is told so."""
 
 
+class PromptAbandoned(BaseException):
+    """Raised in a cell waiting in ``input()`` for a prompt that ended unanswered (a
+    BaseException: the kernel's ``input()`` takes any Exception for a bad message)."""
+
+
+@contextlib.contextmanager
+def ended_meanwhile(ending: Callable[[], str | None] | None) -> Iterator[None]:
+    """While the launching cell waits in ``input()`` for a rank's prompt, a thread looks every
+    :data:`ASK_POLL` seconds whether the prompt is still wanted (``ending``: the reason it is
+    not, read from the ranks); if not, the wait ends with :class:`PromptEnded`. The cell's
+    thread reads no pipe while it waits, and the looking thread is gone before it reads again."""
+    if ending is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    cell = threading.get_ident()
+    stop = threading.Event()
+    lock = threading.Lock()
+    found: list[str] = []
+
+    def watch() -> None:
+        while not stop.wait(ASK_POLL):
+            why = ending()
+            if why is not None:
+                with lock:
+                    if not stop.is_set():
+                        found.append(why)
+                        raise_in_thread(cell, PromptAbandoned)
+                return
+
+    watcher = threading.Thread(target=watch, name="notebook_launcher-prompt-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    except PromptAbandoned:
+        if not found:  # another's (a relay ending the prompt this cell answers)
+            raise
+        raise PromptEnded(found[0]) from None
+    finally:
+        while True:  # a raise asked for just as the line came is taken back (or caught here)
+            try:
+                with lock:
+                    stop.set()
+                    if found:
+                        cancel_raise(cell)
+                break
+            except PromptAbandoned:
+                continue
+        watcher.join()
+
+
 class Answerer:
     """Who answers the ranks' prompts: ``ask(prompt, password)`` returns the line typed;
     ``unavailable`` says why nobody can (then ``ask`` is never called)."""
@@ -65,16 +117,16 @@ class Answerer:
     ) -> None:
         self._ask = ask
         self.unavailable = unavailable
-        # Why the prompt asked now is no longer wanted (a rank failed), or None: looked at by
-        # an answerer that can stop waiting for its line (a relay); set by the Prompter.
-        self.ending: Callable[[], str | None] = lambda: None
+        # Why the prompt asked now is no longer wanted (a rank failed), or None: looked at
+        # while the answerer waits for its line; set by the Prompter (None: nothing to look at).
+        self.ending: Callable[[], str | None] | None = None
 
     def ask(self, prompt: str, password: bool) -> str:
         """The line typed for ``prompt``; a frontend that turns out to take no input sets
         ``unavailable`` and raises :class:`EOFError`."""
         assert self._ask is not None
         try:
-            with interrupts_raised():
+            with interrupts_raised(), ended_meanwhile(self.ending):
                 return self._ask(prompt, password)
         except NotImplementedError:  # IPython's StdinNotImplementedError: allow_stdin is off
             self.unavailable = NO_INPUT
@@ -221,6 +273,10 @@ class Prompter:
         try:
             line = self.answerer.ask(request.label(), request.kind == PASSWORD)
         except PromptEnded as ended:
+            if self.answerer.answered_elsewhere() is None:  # this cell asked: it says why it ended
+                self.write(
+                    f"notebook_launcher: rank {handle.rank}'s prompt closed unanswered: {ended}"
+                )
             self._refuse_all(str(ended))
             return
         except EOFError:

@@ -25,19 +25,13 @@ from collections import deque
 from typing import Any
 
 from ..processes.signals import cancel_raise, raise_in_thread
-from .prompting import Answerer, PromptEnded
+from .prompting import ASK_POLL, Answerer, PromptAbandoned, PromptEnded
 
-ASK_POLL = 0.2  # seconds between looks at the stop request and the ranks while a prompt waits
 WAIT_TO_ANSWER = "call handle.wait() in a cell to answer"
 ANSWERED_THERE = (
     "answered in the cell that called handle.wait(), which shows the ranks' lines until it returns"
 )
 SHOWN_LINES = 50  # the ranks' last lines before a prompt that the answering cell shows
-
-
-class PromptAbandoned(BaseException):
-    """Raised in a cell waiting in ``input()`` for a prompt that ended unanswered (a
-    BaseException: the kernel's ``input()`` takes any Exception for a bad message)."""
 
 
 class Relay(Answerer):
@@ -94,7 +88,7 @@ class Relay(Answerer):
                         self.unavailable = "the launch was stopped while the prompt waited"
                         break
                     self._changed.wait(ASK_POLL)
-                ended = self.ending()  # reads the ranks: not under the lock
+                ended = self.ending() if self.ending else None  # reads the ranks: unlocked
         finally:  # whatever ends the wait, a cell in input() for this prompt stops waiting
             with self._changed:
                 answer, self._asked, self._answer = self._answer, None, None
