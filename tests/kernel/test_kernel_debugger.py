@@ -677,6 +677,17 @@ def failing(path):
 """
 
 
+def rank0_fails_at_rank1s_prompt(cell, fail) -> None:
+    """``cell`` waits in input() at rank 1's prompt; rank 0 fails (once ``fail`` exists): the
+    cell reports that failure, nothing typed."""
+    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
+    fail.touch()
+    cell.finish(30)
+    assert cell.error() is not None, cell.output()
+    assert "rank 0 gave up" in cell.traceback(), cell.output()
+    assert "rank 1's prompt closed unanswered: rank 0 failed" in cell.stream(), cell.output()
+
+
 def test_stopping_or_failing_a_launch_at_a_prompt_ends_every_rank(kernel, tmp_path):
     defined(kernel)
     defined(kernel, ON_FILE)
@@ -699,12 +710,7 @@ def test_stopping_or_failing_a_launch_at_a_prompt_ends_every_rank(kernel, tmp_pa
     fail = tmp_path / "fail"
     in_background(kernel, repr(str(fail)), function="failing")
     cell = kernel.start("handle.wait(timeout=120)", store_history=True, allow_stdin=True)
-    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
-    fail.touch()
-    cell.finish(30)
-    assert cell.error() is not None, cell.output()
-    assert "rank 0 gave up" in cell.traceback(), cell.output()
-    assert "rank 1's prompt closed unanswered: rank 0 failed" in cell.stream(), cell.output()
+    rank0_fails_at_rank1s_prompt(cell, fail)
     assert kernel.execute("handle.status", 30).result() == "'failed'"
     assert wait_until(lambda: not kernel.workers(), 10.0), kernel.workers()
     # The same in a blocking launch: the launching cell itself waits in input() at rank 1's
@@ -715,12 +721,7 @@ def test_stopping_or_failing_a_launch_at_a_prompt_ends_every_rank(kernel, tmp_pa
         store_history=True,
         allow_stdin=True,
     )
-    assert cell.prompt(PROMPT_WAIT) == "(Pdb rank 1) ", cell.output()
-    fail.touch()
-    cell.finish(30)
-    assert cell.error() is not None, cell.output()
-    assert "rank 0 gave up" in cell.traceback(), cell.output()
-    assert "rank 1's prompt closed unanswered: rank 0 failed" in cell.stream(), cell.output()
+    rank0_fails_at_rank1s_prompt(cell, fail)
     assert wait_until(lambda: not kernel.workers(), 10.0), kernel.workers()
     # The kernel asks for input as before.
     asked = kernel.start("input('again? ')", allow_stdin=True)
