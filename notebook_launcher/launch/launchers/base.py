@@ -182,7 +182,7 @@ class Launcher(ABC):
         # bootstrap unblocks it once the handler is in place.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {STACK_DUMP_SIGNAL})
         try:
-            with flushing.flushed_once():
+            with flushing.unflushed_forks():
                 for spec in specs:
                     handles.append(self.start(spec, payload, now))
         except OSError as error:

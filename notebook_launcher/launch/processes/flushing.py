@@ -44,8 +44,8 @@ def _hands_off_flushes(stream: Any) -> bool:
 
 
 @contextlib.contextmanager
-def flushed_once() -> Iterator[None]:
-    """Within: forks do not flush the kernel's streams (ipykernel's), which need no flush."""
+def unflushed_forks() -> Iterator[None]:
+    """Within: a fork does not flush the kernel's streams (ipykernel's), which need no flush."""
     stdout, stderr = sys.stdout, sys.stderr
     if not (_hands_off_flushes(stdout) or _hands_off_flushes(stderr)):
         yield
