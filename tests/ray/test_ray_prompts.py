@@ -26,7 +26,24 @@ def stops_on_rank_one():
     return x + 1
 
 
-def test_a_ray_ranks_breakpoint_is_answered_by_the_kernel(cluster, monkeypatch, capsys):
+def ipdb_on_rank_one():
+    rank = int(os.environ["RANK"])
+    x = rank * 10
+    if rank == 1:
+        import ipdb
+
+        ipdb.set_trace()
+    return x + 1
+
+
+@pytest.mark.parametrize(
+    ("function", "prompt"),
+    [(stops_on_rank_one, "(Pdb rank 1) "), (ipdb_on_rank_one, "ipdb rank 1> ")],
+    ids=["breakpoint", "ipdb"],
+)
+def test_a_ray_ranks_breakpoint_is_answered_by_the_kernel(
+    cluster, monkeypatch, capsys, function, prompt
+):
     lines = iter(["p x", "c"])
     asked = []
 
@@ -35,9 +52,9 @@ def test_a_ray_ranks_breakpoint_is_answered_by_the_kernel(cluster, monkeypatch, 
         return next(lines)
 
     monkeypatch.setattr(supervisor, "cell_answerer", lambda: Answerer(typed))
-    result = notebook_launcher(stops_on_rank_one, num_processes=2, cluster=ON_TWO_NODES, ui="none")
+    result = notebook_launcher(function, num_processes=2, cluster=ON_TWO_NODES, ui="none")
     assert result.values == [1, 11]
-    assert asked == ["(Pdb rank 1) ", "(Pdb rank 1) "]
+    assert asked == [prompt, prompt]
     assert "[rank1] 10" in capsys.readouterr().out.splitlines()
 
 
