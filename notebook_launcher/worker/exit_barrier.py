@@ -17,9 +17,10 @@ been sent to the kernel, which stops every rank as soon as one fails (a signal, 
 wait here), so the bound is only a backstop.
 
 Otherwise each rank counts itself in the store; the last one lets every rank leave, which wakes
-the others at once: each waits for that mark in a helper thread (the store's own blocking wait), so that its
-main thread stays where the kernel's stop can end the wait (within :data:`STOP_LOOK` seconds once
-the function has ended, when the stop signal no longer raises: see :mod:`.stopping`).
+the others at once: each waits for that mark in a helper thread (the store's own blocking wait),
+so that its main thread stays where the kernel's stop can end the wait (within
+:data:`STOP_LOOK` seconds once the function has ended, when the stop signal no longer raises:
+see :mod:`.stopping`).
 """
 
 from __future__ import annotations
